@@ -1,0 +1,42 @@
+"""specdec_course: the tested companion package of *Speculative Decoding from Scratch*.
+
+One concept per module (see the README): ``theory`` (formulas), ``sampling`` (one position),
+``stats`` (chi-square), ``verifier`` (batched rejection sampler), ``kernels`` (Triton),
+``data``, ``model``, ``train``, ``decoding``, ``medusa``, ``grading``, ``widgets``, ``bench``,
+``cli``. Submodules are imported on demand: ``from specdec_course import theory``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {
+    "theory", "sampling", "stats", "verifier", "kernels", "data", "model", "train",
+    "decoding", "medusa", "grading", "widgets", "plots", "bench", "cli", "paths",
+}
+
+
+def __getattr__(name: str):
+    # Lazy submodules keep `import specdec_course` cheap (no triton, no matplotlib).
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'specdec_course' has no attribute {name!r}")
+
+
+def notebook_setup(seed: int = 0, threads: int = 1) -> None:
+    """Make a notebook's numbers repeatable: fixed seed and fixed CPU thread count.
+
+    Torch on the CPU is bit-reproducible for a fixed seed and thread count; every notebook
+    calls this first, and so does the test-suite, so that committed outputs match CI's.
+    """
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)

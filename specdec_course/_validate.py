@@ -1,0 +1,77 @@
+"""Boundary checks shared by the public functions.
+
+Public functions call these once, on entry, and raise one clear ``ValueError`` that names the
+argument and what is wrong with it. Internals trust their callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+# Probabilities that come out of a float32 softmax sum to 1 within about 1e-6 per thousand
+# entries; 1e-4 accepts those and still catches logits, counts or a forgotten normalisation.
+SUM_TOLERANCE = 1e-4
+
+ProbLike = torch.Tensor | np.ndarray | Sequence[float]
+
+
+def as_tensor(x: ProbLike, name: str) -> torch.Tensor:
+    """Turn a tensor, numpy array or list into a floating torch tensor (lists -> float64)."""
+    if isinstance(x, torch.Tensor):
+        t = x
+    elif isinstance(x, np.ndarray):
+        t = torch.from_numpy(np.asarray(x))
+    elif isinstance(x, (list, tuple)):
+        try:
+            t = torch.tensor(x, dtype=torch.float64)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{name} must be a list of numbers; got {x!r} ({e})") from None
+    else:
+        raise ValueError(
+            f"{name} must be a torch.Tensor, numpy array or list of floats, not {type(x).__name__}"
+        )
+    if not t.is_floating_point():
+        t = t.to(torch.float64)
+    return t
+
+
+def check_distribution(x: ProbLike, name: str, *, dim: int | None = 1) -> torch.Tensor:
+    """Return ``x`` as a floating tensor after checking it is a probability vector.
+
+    ``dim=1`` asks for one distribution of shape ``[V]``; ``dim=None`` accepts any shape whose
+    last axis is the vocabulary. Raises ``ValueError`` for a wrong shape, NaN or infinite
+    entries, negative entries, or rows that do not sum to 1 within ``SUM_TOLERANCE``.
+    """
+    t = as_tensor(x, name)
+    if dim is not None and t.dim() != dim:
+        raise ValueError(
+            f"{name} must be a {dim}-D probability vector of shape [V]; got shape {tuple(t.shape)}"
+        )
+    if t.numel() == 0 or t.shape[-1] == 0:
+        raise ValueError(f"{name} is empty; it needs at least one entry")
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name} contains NaN or infinite entries; pass finite probabilities")
+    if (t < 0).any():
+        raise ValueError(
+            f"{name} has negative entries (min {t.min().item():.4g}); "
+            "probabilities must be >= 0 (did you pass logits? apply softmax first)"
+        )
+    sums = t.sum(dim=-1, dtype=torch.float64)
+    worst = (sums - 1).abs().max().item()
+    if worst > SUM_TOLERANCE:
+        raise ValueError(
+            f"{name} must sum to 1 along its last axis; a row sums to "
+            f"{sums.flatten()[(sums - 1).abs().flatten().argmax()].item():.6g} "
+            "(normalise it, e.g. p / p.sum())"
+        )
+    return t
+
+
+def check_same_shape(a: torch.Tensor, b: torch.Tensor, na: str, nb: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(
+            f"{na} and {nb} must have the same shape; got {tuple(a.shape)} and {tuple(b.shape)}"
+        )

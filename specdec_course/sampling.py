@@ -1,0 +1,239 @@
+"""Sampling at one position: the speculative accept/resample rule and logit processing.
+
+The rule follows Leviathan et al. 2022 (arXiv:2211.17192), Algorithm 1 and Appendix A.1:
+a token ``x`` drafted from ``q`` is accepted with probability ``min(1, p(x) / q(x))``; on
+rejection a replacement is drawn from the residual ``norm(max(0, p - q))``. The output is then
+distributed exactly as ``p``, whatever ``q`` is.
+
+Random numbers are consumed in a fixed order so that a seeded ``torch.Generator`` reproduces a
+run: the draft token (when sampled), then one float64 uniform, then the replacement.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from ._validate import ProbLike, check_distribution, check_same_shape
+
+__all__ = [
+    "residual_distribution",
+    "speculative_sample",
+    "speculative_output_distribution",
+    "exponential_race",
+    "exp_noise",
+    "uniform_open_closed",
+    "process_logits",
+    "apply_temperature",
+    "top_k_filter",
+    "top_p_filter",
+]
+
+
+def _pair(p: ProbLike, q: ProbLike) -> tuple[torch.Tensor, torch.Tensor]:
+    p = check_distribution(p, "p")
+    q = check_distribution(q, "q")
+    check_same_shape(p, q, "p", "q")
+    if p.dtype != q.dtype:
+        q = q.to(p.dtype)
+    return p, q
+
+
+def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    r = (p - q).clamp_min(0)
+    total = r.sum(dim=-1, keepdim=True)
+    # p == q leaves no residual mass; a rejection then has probability 0, so any choice is
+    # exact. We return p itself: it is what the output distribution must be, and a sampler
+    # that falls back to it can never emit a token the target gives probability 0.
+    return torch.where(total > 0, r / total.clamp_min(torch.finfo(r.dtype).tiny), p)
+
+
+def residual_distribution(p: ProbLike, q: ProbLike) -> torch.Tensor:
+    """The distribution a rejected position is resampled from: ``norm(max(p - q, 0))``.
+
+    ``p`` (target) and ``q`` (draft) are 1-D probability vectors of the same length (tensor,
+    numpy array or list). Returns a tensor of ``p``'s dtype (float64 for lists) that sums to 1.
+    When ``p == q`` there is no residual mass (rejection never happens) and the function
+    returns ``p``. Raises ``ValueError`` for bad shapes, NaN, negative or unnormalised input.
+    """
+    p, q = _pair(p, q)
+    return _residual(p, q)
+
+
+def speculative_output_distribution(
+    p: ProbLike,
+    q: ProbLike,
+    *,
+    draft: Literal["sample", "greedy"] = "sample",
+    resample: Literal["residual", "target"] = "residual",
+) -> torch.Tensor:
+    """Exact distribution of the token that :func:`speculative_sample` returns.
+
+    accepted mass ``min(p, q_eff)`` plus rejected mass ``(1 - sum(min(p, q_eff)))`` times the
+    resampling distribution, where ``q_eff`` is ``q`` or, for a greedy draft, one-hot at
+    ``argmax(q)``. With ``resample="residual"`` this equals ``p`` (up to rounding).
+    """
+    p, q = _pair(p, q)
+    q_eff = _effective_draft(q, draft)
+    accepted = torch.minimum(p, q_eff)
+    beta = accepted.sum()
+    if resample == "residual":
+        resample_dist = _residual(p, q_eff)
+    elif resample == "target":
+        resample_dist = p
+    else:
+        raise ValueError(f"resample must be 'residual' or 'target', not {resample!r}")
+    return accepted + (1 - beta) * resample_dist
+
+
+def _effective_draft(q: torch.Tensor, draft: str) -> torch.Tensor:
+    if draft == "sample":
+        return q
+    if draft == "greedy":
+        return torch.nn.functional.one_hot(q.argmax(), q.shape[-1]).to(q.dtype)
+    raise ValueError(f"draft must be 'sample' or 'greedy', not {draft!r}")
+
+
+def uniform_open_closed(shape, *, generator: torch.Generator | None = None, device=None):
+    """Float64 uniforms in (0, 1].
+
+    float64, because float32 draws hit exactly 0.0 often enough to matter at scale, and
+    ``u <= p(x) / q(x)`` with ``u == 0`` would accept a token the target gives probability 0.
+    ``1 - U[0, 1)`` moves the closed end to 1, where it does no harm.
+    """
+    return 1.0 - torch.rand(shape, dtype=torch.float64, generator=generator, device=device)
+
+
+def exp_noise(shape, *, generator: torch.Generator | None = None, device=None) -> torch.Tensor:
+    """Float32 Exp(1) draws for :func:`exponential_race`, clamped away from 0 (no 0/0)."""
+    e = torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
+    return e.clamp_min_(torch.finfo(torch.float32).tiny)
+
+
+def exponential_race(
+    weights: ProbLike,
+    *,
+    generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
+) -> int:
+    """Sample an index with probability proportional to ``weights``, without normalising.
+
+    With ``E_i`` independent Exp(1) draws, ``E_i / w_i`` is Exp(rate ``w_i``), the first of
+    the "arrival times" is index ``i`` with probability ``w_i / sum(w)``, and so
+    ``argmax(w / E)`` is a sample from ``norm(w)``. vLLM samples its recovered tokens this way:
+    one pass over the vocabulary, no sum, no division by it. ``weights`` must be 1-D, finite,
+    non-negative and not all zero; ``noise`` (optional) are the Exp(1) draws to use.
+    """
+    from ._validate import as_tensor
+
+    w = as_tensor(weights, "weights")
+    if w.dim() != 1 or w.numel() == 0:
+        raise ValueError(f"weights must be a non-empty 1-D vector; got shape {tuple(w.shape)}")
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError("weights must be finite and >= 0")
+    if not (w > 0).any():
+        raise ValueError("weights are all zero; there is nothing to sample")
+    if noise is None:
+        noise = exp_noise(w.shape, generator=generator, device=w.device)
+    elif noise.shape != w.shape or not (noise > 0).all():
+        raise ValueError(f"noise must be positive Exp(1) draws of shape {tuple(w.shape)}")
+    return int((w / noise.to(w.dtype)).argmax().item())
+
+
+def speculative_sample(
+    p: ProbLike,
+    q: ProbLike,
+    *,
+    generator: torch.Generator | None = None,
+    draft: Literal["sample", "greedy"] = "sample",
+    resample: Literal["residual", "target"] = "residual",
+) -> tuple[int, bool]:
+    """Draft one token from ``q``, verify it against ``p``; return ``(token, accepted)``.
+
+    ``draft="sample"`` draws ``x ~ q``; ``draft="greedy"`` proposes ``argmax(q)`` and verifies
+    it as a one-hot ``q`` (accept with probability ``p(x)``). On rejection the token is redrawn
+    from the residual (``resample="residual"``, exact) or from ``p`` (``resample="target"``,
+    the tempting but biased rule, kept for teaching). Raises ``ValueError`` on bad input.
+    """
+    p, q = _pair(p, q)
+    q_eff = _effective_draft(q, draft)
+    if resample not in ("residual", "target"):
+        raise ValueError(f"resample must be 'residual' or 'target', not {resample!r}")
+    if draft == "sample":
+        x = int(torch.multinomial(q.double(), 1, generator=generator).item())
+    else:
+        x = int(q.argmax().item())
+    u = uniform_open_closed((), generator=generator).item()
+    # u <= p/q written as u * q <= p: no division, and q(x) > 0 for a drafted token.
+    if u * q_eff[x].item() <= p[x].item():
+        return x, True
+    dist = _residual(p, q_eff) if resample == "residual" else p
+    return int(torch.multinomial(dist.double(), 1, generator=generator).item()), False
+
+
+# ----------------------------------------------------------------------------- logits -> probs
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Divide logits by ``temperature`` (> 0). Temperature 0 is handled by ``process_logits``."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 here; got {temperature}")
+    return logits if temperature == 1.0 else logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Set every logit below the k-th largest (along the last axis) to -inf."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches ``top_p``.
+
+    A token is dropped when the tokens ranked above it already hold at least ``top_p`` of the
+    mass; the most likely token is always kept.
+    """
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    drop_sorted = mass_before >= top_p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _check_processing(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy); got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
+        raise ValueError(f"top_k must be a whole number >= 1 or None; got {top_k!r}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] or None; got {top_p!r}")
+
+
+def process_logits(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """Logits ``[..., V]`` -> the probabilities actually sampled from, in float32.
+
+    Order as in vLLM: temperature, then top-k, then top-p, then softmax. ``temperature == 0``
+    gives a one-hot vector at the argmax (greedy decoding; top-k/top-p do not change it).
+    Both the draft's ``q`` and the target's ``p`` must go through the same processing.
+    """
+    _check_processing(temperature, top_k, top_p)
+    logits = logits.float()
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, int(top_k))
+    if top_p is not None:
+        logits = top_p_filter(logits, float(top_p))
+    return logits.softmax(dim=-1)

@@ -1,0 +1,88 @@
+"""Author and execute the course notebooks.
+
+    python tools/nb.py build SRC.py OUT.ipynb     # percent-format script -> notebook
+    python tools/nb.py export NB.ipynb SRC.py     # notebook -> percent-format script
+    python tools/nb.py execute NB.ipynb [...]     # run in place, as CI's nbval will
+
+Percent format: ``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell whose lines
+are written as ``# text``. Notebooks are executed top to bottom in a fresh kernel with the
+notebook's folder as working directory, so that strict nbval in CI sees the same outputs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def build(src: Path, out: Path) -> None:
+    cells, kind, buf = [], None, []
+
+    def flush():
+        if kind is None:
+            return
+        text = "\n".join(buf).strip("\n")
+        if kind == "markdown":
+            text = "\n".join(l[2:] if l.startswith("# ") else l.lstrip("#") for l in text.split("\n"))
+            cells.append(nbformat.v4.new_markdown_cell(text))
+        else:
+            cells.append(nbformat.v4.new_code_cell(text))
+
+    for line in src.read_text().split("\n"):
+        if line.startswith("# %%"):
+            flush()
+            kind, buf = ("markdown" if "[markdown]" in line else "code"), []
+        else:
+            buf.append(line)
+    flush()
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = KERNELSPEC
+    nb.metadata["language_info"] = {"name": "python"}
+    nbformat.write(nb, out)
+
+
+def export(nb_path: Path, out: Path) -> None:
+    nb = nbformat.read(nb_path, as_version=4)
+    parts = []
+    for c in nb.cells:
+        if c.cell_type == "markdown":
+            body = "\n".join(("# " + l) if l else "#" for l in c.source.split("\n"))
+            parts.append("# %% [markdown]\n" + body)
+        else:
+            parts.append("# %%\n" + c.source)
+    out.write_text("\n\n".join(parts) + "\n")
+
+
+def execute(nb_path: Path) -> None:
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(nb_path, as_version=4)
+    t0 = time.perf_counter()
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}}
+    ).execute()
+    nb.metadata["kernelspec"] = KERNELSPEC
+    nbformat.write(nb, nb_path)
+    print(f"{nb_path}: executed in {time.perf_counter() - t0:.1f}s")
+
+
+def main(argv: list[str]) -> None:
+    cmd, *rest = argv
+    if cmd == "build":
+        build(Path(rest[0]), Path(rest[1]))
+    elif cmd == "export":
+        export(Path(rest[0]), Path(rest[1]))
+    elif cmd == "execute":
+        for p in rest:
+            execute(Path(p))
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
