@@ -13,8 +13,22 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "theory", "sampling", "stats", "verifier", "kernels", "data", "model", "train",
-    "decoding", "medusa", "grading", "widgets", "plots", "bench", "cli", "paths",
+    "theory",
+    "sampling",
+    "stats",
+    "verifier",
+    "kernels",
+    "data",
+    "model",
+    "train",
+    "decoding",
+    "medusa",
+    "grading",
+    "widgets",
+    "plots",
+    "bench",
+    "cli",
+    "paths",
 }
 
 

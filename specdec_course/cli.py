@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="continue a prompt with the shipped pair")
     p.add_argument("prompt", nargs="?", default="ROMEO:\n")
-    p.add_argument("--method", choices=["autoregressive", "speculative", "medusa"],
-                   default="speculative")
+    p.add_argument(
+        "--method", choices=["autoregressive", "speculative", "medusa"], default="speculative"
+    )
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--temperature", type=float, default=1.0)

@@ -161,15 +161,15 @@ def speculative_sample(
     if resample not in ("residual", "target"):
         raise ValueError(f"resample must be 'residual' or 'target', not {resample!r}")
     if draft == "sample":
-        x = int(torch.multinomial(q.double(), 1, generator=generator).item())
+        x = int(torch.multinomial(q, 1, generator=generator))
     else:
-        x = int(q.argmax().item())
-    u = uniform_open_closed((), generator=generator).item()
+        x = int(q.argmax())
+    u = float(uniform_open_closed((), generator=generator))
     # u <= p/q written as u * q <= p: no division, and q(x) > 0 for a drafted token.
-    if u * q_eff[x].item() <= p[x].item():
+    if u * float(q_eff[x]) <= float(p[x]):
         return x, True
     dist = _residual(p, q_eff) if resample == "residual" else p
-    return int(torch.multinomial(dist.double(), 1, generator=generator).item()), False
+    return int(torch.multinomial(dist, 1, generator=generator)), False
 
 
 # ----------------------------------------------------------------------------- logits -> probs

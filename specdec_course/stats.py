@@ -71,9 +71,7 @@ def chi_square_test(observed, expected_probs, *, min_expected: float = 5.0) -> C
     be observed: one such observation fails the test outright (statistic ``inf``).
     """
     obs = np.asarray(torch.as_tensor(observed).double().flatten().numpy(), dtype=np.float64)
-    probs = np.asarray(
-        torch.as_tensor(expected_probs).double().flatten().numpy(), dtype=np.float64
-    )
+    probs = np.asarray(torch.as_tensor(expected_probs).double().flatten().numpy(), dtype=np.float64)
     if obs.shape != probs.shape:
         raise ValueError(f"observed has {obs.size} bins but expected_probs has {probs.size}")
     if np.any(probs < 0) or not np.all(np.isfinite(probs)) or abs(probs.sum() - 1) > 1e-6:

@@ -28,7 +28,9 @@ def build(src: Path, out: Path) -> None:
             return
         text = "\n".join(buf).strip("\n")
         if kind == "markdown":
-            text = "\n".join(l[2:] if l.startswith("# ") else l.lstrip("#") for l in text.split("\n"))
+            text = "\n".join(
+                l[2:] if l.startswith("# ") else l.lstrip("#") for l in text.split("\n")
+            )
             cells.append(nbformat.v4.new_markdown_cell(text))
         else:
             cells.append(nbformat.v4.new_code_cell(text))
@@ -64,7 +66,10 @@ def execute(nb_path: Path) -> None:
     nb = nbformat.read(nb_path, as_version=4)
     t0 = time.perf_counter()
     NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}}
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(nb_path.parent)}},
     ).execute()
     nb.metadata["kernelspec"] = KERNELSPEC
     nbformat.write(nb, nb_path)
