@@ -1,0 +1,78 @@
+"""Graded exercises: a registry of checks, inline feedback, and a batch grader.
+
+Students call :func:`check` in their notebook::
+
+    from specdec_course.grading import check
+    check("ex01.residual_distribution", residual_distribution)   # one check, one function
+    check("ex01", globals())                                      # the whole exercise
+
+It prints which cases passed, the points, and the first failure with expected against got,
+and never raises: an untouched stub (``raise NotImplementedError``) is "not attempted".
+
+Instructors grade a class with ``specdec-course grade SUBMISSIONS... --out grades.csv``
+(:mod:`specdec_course.grading.batch`): each notebook runs in its own kernel, then every check
+is run on the functions the notebook defined, found by name.
+
+Adding an exercise
+------------------
+Write ``specdec_course/grading/exNN.py`` (the module name is the exercise id; it is found and
+imported on first use) and register its checks::
+
+    from specdec_course.grading import Case, call, register
+
+    @register("ex03.kv_cache_append", points=3, needs="append_kv",
+              title="appending keys and values to the cache",
+              hint="the cache grows along the time axis (dim 2)")
+    def _append(append_kv):
+        for T in (1, 5):
+            got = call(f"T={T}", append_kv, ...)        # student code, called through `call`
+            yield Case(f"T={T}", passed=..., expected="...", got="...",
+                       message="what the difference probably means")
+
+- ``needs`` names what the check takes from the student's namespace (a tuple for several;
+  the check function receives them in that order). The batch grader looks them up by name.
+- Compare against the package's reference implementation, never a copy of its logic.
+- Statistical cases use :func:`specdec_course.stats.chi_square_test` against the exact
+  distribution and pass ``false_failure_rate=result.false_failure_rate``; keep each check's
+  total under 1e-4 and each check under about 2 seconds.
+- A check earns its points when every case passes; list the edge cases that a wrong
+  implementation gets wrong, each with a ``message`` that names the likely mistake.
+- Name the notebooks ``exercises/exNN_topic.ipynb`` and ``solutions/exNN_topic.ipynb`` and
+  add ``tests/test_grading_exNN.py`` with the mutation tests (see ``test_grading_checks.py``).
+"""
+
+from .core import (
+    BATCH_ENV,
+    STATUSES,
+    Case,
+    CheckResult,
+    CheckSpec,
+    ExerciseReport,
+    StudentError,
+    call,
+    check,
+    checks_for,
+    exercises,
+    grade_namespace,
+    register,
+    run_check,
+    when_implemented,
+)
+
+__all__ = [
+    "BATCH_ENV",
+    "STATUSES",
+    "Case",
+    "CheckResult",
+    "CheckSpec",
+    "ExerciseReport",
+    "StudentError",
+    "call",
+    "check",
+    "checks_for",
+    "exercises",
+    "grade_namespace",
+    "register",
+    "run_check",
+    "when_implemented",
+]

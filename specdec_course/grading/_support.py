@@ -1,0 +1,71 @@
+"""Helpers for writing checks: turn student output into tensors, print it short, seed RNGs."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def fmt(x: Any, digits: int = 4, limit: int = 8) -> str:
+    """A short, rounded rendering of a number, vector or anything else (for expected/got)."""
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0:
+            return fmt(x.item(), digits)
+        flat = x.detach().flatten().tolist()
+        body = ", ".join(fmt(v, digits) for v in flat[:limit])
+        more = f", ... ({len(flat)} entries)" if len(flat) > limit else ""
+        shape = f" shape {tuple(x.shape)}" if x.dim() > 1 else ""
+        return f"[{body}{more}]{shape}"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    if isinstance(x, (list, tuple, np.ndarray)):
+        with contextlib.suppress(Exception):
+            return fmt(torch.as_tensor(np.asarray(x, dtype=np.float64)), digits, limit)
+    text = repr(x)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def as_vector(x: Any) -> torch.Tensor | None:
+    """Student output as a float64 CPU tensor, or None when it is not numbers."""
+    try:
+        if isinstance(x, torch.Tensor):
+            return x.detach().to("cpu", torch.float64)
+        return torch.as_tensor(np.asarray(x, dtype=np.float64))
+    except Exception:  # noqa: BLE001 - anything that is not numeric
+        return None
+
+
+def as_number(x: Any) -> float | None:
+    """Student output as a Python float (accepts 0-d tensors and numpy scalars), else None."""
+    try:
+        if isinstance(x, torch.Tensor):
+            return float(x.item()) if x.numel() == 1 else None
+        if isinstance(x, (bool, np.bool_)):
+            return None
+        return float(x)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[torch.Generator]:
+    """Yield a seeded generator and seed the global RNGs too, restoring them afterwards.
+
+    Students may ignore the generator and use torch's, numpy's or Python's global RNG; seeding
+    all of them keeps a check repeatable, and restoring them leaves the notebook's state alone.
+    """
+    np_state, py_state = np.random.get_state(), random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        try:
+            yield torch.Generator().manual_seed(seed)
+        finally:
+            np.random.set_state(np_state)
+            random.setstate(py_state)

@@ -1,0 +1,499 @@
+"""The check registry, the check runner and inline feedback.
+
+A *check* is a generator function registered under an id ``"exNN.name"``. It receives the
+student's object(s), calls them through :func:`call`, and yields one :class:`Case` per thing
+it verified. The runner turns the cases into a :class:`CheckResult`: full points when every
+case passed, 0 otherwise (one wrong case means the function is wrong; partial credit would
+reward code that is right only on easy inputs).
+
+Nothing here imports torch; the exercise modules do, when they are loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import math
+import os
+import pkgutil
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "Case",
+    "CheckResult",
+    "CheckSpec",
+    "ExerciseReport",
+    "StudentError",
+    "call",
+    "check",
+    "checks_for",
+    "exercises",
+    "grade_namespace",
+    "register",
+    "run_check",
+    "when_implemented",
+    "BATCH_ENV",
+    "STATUSES",
+]
+
+# Set by the batch grader in the kernels it starts: the notebook's own `check(...)` cells then
+# print one line instead of grading (the grader grades once, at the end, by name).
+BATCH_ENV = "SPECDEC_COURSE_BATCH"
+
+# Every status a check result can have, in the CSV and the reports.
+STATUSES = (
+    "passed",         # every case passed: full points
+    "failed",         # a case gave a wrong answer
+    "error",          # the student's code raised (not NotImplementedError)
+    "not attempted",  # the student's code raised NotImplementedError (the untouched stub)
+    "missing",        # the name the check needs is not defined
+    "timeout",        # the check or the notebook ran out of time
+    "crashed",        # the kernel died (memory, os._exit, segfault) before the check ran
+    "unreadable",     # the submission is not a notebook that can be read
+)
+
+_ID_RE = re.compile(r"^(ex\d{2,})\.([a-z_][a-z0-9_]*)$")
+_EX_RE = re.compile(r"^ex\d{2,}$")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Case:
+    """One verified input: its name, whether it passed and, if not, what was expected and got.
+
+    ``message`` says what the difference probably means ("your output sums to 0.4: did you
+    normalise?"); ``false_failure_rate`` is set by statistical cases (the chance that a
+    correct function fails this case by bad luck).
+    """
+
+    name: str
+    passed: bool
+    expected: str = ""
+    got: str = ""
+    message: str = ""
+    false_failure_rate: float = 0.0
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check on one student object; ``str()`` gives the printed report."""
+
+    id: str
+    title: str
+    status: str
+    points: float
+    max_points: float
+    message: str = ""
+    hint: str = ""
+    cases: list[Case] = field(default_factory=list)
+    false_failure_rate: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckResult:
+        d = dict(d)
+        d["cases"] = [Case(**c) for c in d.get("cases", [])]
+        return cls(**d)
+
+    def report(self) -> str:
+        mark = {"passed": "PASSED", "not attempted": "NOT ATTEMPTED"}.get(
+            self.status, self.status.upper()
+        )
+        lines = [f"{self.id}: {_pts(self.points)}/{_pts(self.max_points)} points, {mark}"]
+        if self.title:
+            lines[0] += f"  ({self.title})"
+        for c in self.cases:
+            lines.append(f"  [{'ok' if c.passed else 'XX'}] {c.name}")
+        first = next((c for c in self.cases if not c.passed), None)
+        if first is not None:
+            if first.expected or first.got:
+                lines.append(f"  first failure: {first.name}")
+                lines.append(f"    expected: {first.expected}")
+                lines.append(f"    got:      {first.got}")
+        if self.status != "passed" and self.message:
+            lines.append(f"  {self.message}")
+        if self.status in ("failed", "error", "timeout") and self.hint:
+            lines.append(f"  hint: {self.hint}")
+        if self.status == "passed" and self.false_failure_rate > 0:
+            lines.append(
+                f"  (statistical cases: a correct function fails them by chance with "
+                f"probability below {self.false_failure_rate:.1e})"
+            )
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython shows the report, not a repr
+        printer.text(self.report())
+
+
+@dataclass
+class ExerciseReport:
+    """All checks of one exercise run on one namespace; ``str()`` gives a score table."""
+
+    exercise: str
+    results: list[CheckResult]
+
+    @property
+    def points(self) -> float:
+        return sum(r.points for r in self.results)
+
+    @property
+    def max_points(self) -> float:
+        return sum(r.max_points for r in self.results)
+
+    def report(self) -> str:
+        width = max([len(r.id) for r in self.results] + [5])
+        lines = [f"{self.exercise}: {_pts(self.points)}/{_pts(self.max_points)} points"]
+        for r in self.results:
+            lines.append(
+                f"  {r.id:<{width}}  {_pts(r.points):>4}/{_pts(r.max_points):<4} {r.status}"
+            )
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(self.report())
+
+
+def _pts(x: float) -> str:
+    return f"{x:g}"
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """A registered check: what it needs from the student's namespace and what it is worth."""
+
+    id: str
+    func: Callable[..., Iterator[Case]]
+    points: float
+    needs: tuple[str, ...]
+    title: str
+    hint: str
+
+    @property
+    def exercise(self) -> str:
+        return self.id.split(".", 1)[0]
+
+
+_REGISTRY: dict[str, CheckSpec] = {}
+
+
+def register(
+    check_id: str,
+    *,
+    points: float,
+    needs: str | tuple[str, ...],
+    title: str = "",
+    hint: str = "",
+) -> Callable[[Callable[..., Iterator[Case]]], Callable[..., Iterator[Case]]]:
+    """Decorator: register a check function under ``check_id`` (``"exNN.name"``).
+
+    ``needs`` names the object(s) the check looks up in a student's namespace (a string for one,
+    a tuple for several; the check function receives them in that order). ``points`` is what
+    the check is worth; ``title`` says in a few words what is checked; ``hint`` is shown when
+    it fails. The decorated function yields :class:`Case` objects and calls student code only
+    through :func:`call`. Raises ``ValueError`` for a malformed id, a duplicate id or
+    non-positive points.
+    """
+    m = _ID_RE.match(check_id)
+    if not m:
+        raise ValueError(
+            f"check_id must look like 'ex01.residual_distribution' (exercise 'exNN', a dot, a "
+            f"lower-case name); got {check_id!r}"
+        )
+    if not (isinstance(points, (int, float)) and points > 0):
+        raise ValueError(f"points must be a number > 0; got {points!r}")
+    names = (needs,) if isinstance(needs, str) else tuple(needs)
+    if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise ValueError(f"needs must be a Python name or a tuple of names; got {needs!r}")
+
+    def deco(func: Callable[..., Iterator[Case]]) -> Callable[..., Iterator[Case]]:
+        old = _REGISTRY.get(check_id)
+        # Re-running a module (autoreload, importlib.reload) re-registers the same function.
+        if old is not None and old.func.__qualname__ != func.__qualname__:
+            raise ValueError(f"check id {check_id!r} is already registered by {old.func!r}")
+        _REGISTRY[check_id] = CheckSpec(check_id, func, float(points), names, title, hint)
+        return func
+
+    return deco
+
+
+def exercises() -> list[str]:
+    """The exercise ids that have a module in ``specdec_course.grading`` (``['ex01', ...]``)."""
+    from specdec_course import grading
+
+    return sorted(
+        m.name for m in pkgutil.iter_modules(grading.__path__) if _EX_RE.match(m.name)
+    )
+
+
+def _load(exercise: str) -> None:
+    if exercise not in exercises():
+        raise ValueError(
+            f"unknown exercise {exercise!r}; known exercises are {', '.join(exercises())}"
+        )
+    importlib.import_module(f"specdec_course.grading.{exercise}")
+
+
+def checks_for(exercise: str) -> list[CheckSpec]:
+    """The checks of ``exercise`` (``"ex01"``) in the order they were registered.
+
+    Raises ``ValueError`` for an exercise that has no module in the grading package.
+    """
+    _load(exercise)
+    return [s for s in _REGISTRY.values() if s.exercise == exercise]
+
+
+def _spec(check_id: str) -> CheckSpec:
+    m = _ID_RE.match(check_id) if isinstance(check_id, str) else None
+    if not m:
+        raise ValueError(
+            f"check id must look like 'ex01.residual_distribution'; got {check_id!r}"
+        )
+    _load(m.group(1))
+    if check_id not in _REGISTRY:
+        known = ", ".join(s.id for s in checks_for(m.group(1)))
+        raise ValueError(f"unknown check {check_id!r}; {m.group(1)} has: {known}")
+    return _REGISTRY[check_id]
+
+
+# --------------------------------------------------------------------------- running
+
+
+class StudentError(Exception):
+    """Student code raised while a check called it; carries the case and the exception."""
+
+    def __init__(self, case: str, exc: BaseException):
+        super().__init__(case, exc)
+        self.case = case
+        self.exc = exc
+
+
+class CheckTimeout(BaseException):
+    # BaseException, so a student's `except Exception:` cannot swallow it.
+    pass
+
+
+def call(case: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call student code for the case named ``case``; wrap anything it raises.
+
+    ``NotImplementedError`` passes through unchanged (the runner reports "not attempted");
+    every other exception becomes a :class:`StudentError` naming the case.
+    """
+    try:
+        return func(*args, **kwargs)
+    except (NotImplementedError, CheckTimeout):
+        raise
+    except Exception as e:  # the student's bug, reported with the case that triggered it
+        raise StudentError(case, e) from e
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    # SIGALRM interrupts pure-Python loops in the main thread (where notebook cells run).
+    # Elsewhere, or on platforms without it, checks run without a limit.
+    usable = (
+        seconds is not None
+        and seconds > 0
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise CheckTimeout()
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _where(exc: BaseException) -> str:
+    # The last frame of the student's code (a notebook cell), so they know which line.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "specdec_course" not in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (line {f.lineno}: {f.line})" if f.line else f" (line {f.lineno})"
+
+
+def run_check(
+    check_id: str, *objs: Any, time_limit: float | None = 60.0, quiet: bool = False
+) -> CheckResult:
+    """Run check ``check_id`` on the student's object(s) and return its :class:`CheckResult`.
+
+    Never raises for anything the student's code does (exceptions, NotImplementedError,
+    wrong types, an endless loop up to ``time_limit`` seconds). ``quiet=True`` swallows what
+    the student's code prints while it is checked. Raises ``ValueError`` only for an unknown
+    ``check_id`` or a wrong number of objects (mistakes of the notebook's author).
+    """
+    spec = _spec(check_id)
+    if len(objs) != len(spec.needs):
+        raise ValueError(
+            f"check {check_id!r} needs {len(spec.needs)} object(s) ({', '.join(spec.needs)}); "
+            f"got {len(objs)}"
+        )
+    res = CheckResult(check_id, spec.title, "failed", 0.0, spec.points, hint=spec.hint)
+    for name, obj in zip(spec.needs, objs):
+        if not callable(obj):
+            res.status = "error"
+            res.message = f"{name} should be a function, but it is a {type(obj).__name__}"
+            return res
+    t0 = time.perf_counter()
+    sink = io.StringIO()
+    redirect = (
+        (contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink))
+        if quiet
+        else (contextlib.nullcontext(), contextlib.nullcontext())
+    )
+    try:
+        with redirect[0], redirect[1], _time_limit(time_limit):
+            for case in spec.func(*objs):
+                res.cases.append(case)
+                res.false_failure_rate += case.false_failure_rate
+    except NotImplementedError as e:
+        res.status = "not attempted"
+        res.message = (
+            f"{spec.needs[0]} still raises NotImplementedError"
+            + (f" ({e})" if str(e) else "")
+            + ": replace the stub with your code"
+        )
+    except CheckTimeout:
+        res.status = "timeout"
+        res.message = (
+            f"stopped after {time_limit:g} s; the reference takes well under a second "
+            "(is there an endless loop?)"
+        )
+    except StudentError as e:
+        res.status = "error"
+        res.message = f"raised {_short(e.exc)} on case '{e.case}'{_where(e.exc)}"
+    except Exception as e:  # noqa: BLE001 - a student object so odd that the check itself broke
+        res.status = "error"
+        res.message = f"the check could not use what your function returned: {_short(e)}"
+    else:
+        failed = [c for c in res.cases if not c.passed]
+        if res.cases and not failed:
+            res.status, res.points = "passed", spec.points
+        else:
+            res.status = "failed"
+            first = failed[0] if failed else None
+            res.message = (first.message or f"wrong result on case '{first.name}'") if first else ""
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def grade_namespace(
+    exercise: str,
+    namespace: Mapping[str, Any],
+    *,
+    time_limit: float | None = 60.0,
+    quiet: bool = True,
+    defined_note: str = "",
+) -> ExerciseReport:
+    """Run every check of ``exercise`` on the objects found by name in ``namespace``.
+
+    This is how the batch grader grades: by name, so it does not matter which cells defined
+    them. A name that is missing gives status ``"missing"`` (0 points); ``defined_note`` is
+    added to that message (the grader says which cells raised). Raises ``ValueError`` for an
+    unknown exercise.
+    """
+    results = []
+    for spec in checks_for(exercise):
+        absent = [n for n in spec.needs if n not in namespace]
+        if absent:
+            results.append(
+                CheckResult(
+                    spec.id, spec.title, "missing", 0.0, spec.points,
+                    message=f"no {' or '.join(absent)} is defined: define a function with "
+                    f"exactly that name" + (f"; {defined_note}" if defined_note else ""),
+                    hint=spec.hint,
+                )
+            )
+            continue
+        results.append(
+            run_check(spec.id, *(namespace[n] for n in spec.needs), time_limit=time_limit,
+                      quiet=quiet)
+        )
+    return ExerciseReport(exercise, results)
+
+
+def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> Any:
+    """Inline feedback in a notebook: grade, print a short report, return the result.
+
+    ``check("ex01.residual_distribution", residual_distribution)`` runs one check on your
+    function; ``check("ex01", globals())`` runs every check of the exercise on the functions
+    your notebook defines and prints the score table. Never raises: a stub that raises
+    ``NotImplementedError`` is reported as "not attempted" with 0 points, and any other
+    problem is printed. Returns the :class:`CheckResult` (or :class:`ExerciseReport`), or
+    ``None`` when the call itself was malformed.
+    """
+    try:
+        if os.environ.get(BATCH_ENV):
+            print(f"{check_id}: graded by the batch grader at the end of the notebook")
+            return None
+        if isinstance(check_id, str) and _EX_RE.match(check_id):
+            if len(objs) != 1 or not isinstance(objs[0], Mapping):
+                raise ValueError(
+                    f"check({check_id!r}, ...) grades a whole exercise and needs your "
+                    "namespace: call check('%s', globals())" % check_id
+                )
+            report: Any = grade_namespace(check_id, objs[0], time_limit=time_limit, quiet=False)
+        else:
+            report = run_check(check_id, *objs, time_limit=time_limit)
+        print(report.report())
+        return report
+    except Exception as e:  # noqa: BLE001 - inline feedback must never stop a notebook
+        print(f"check could not run: {_short(e)}", file=sys.stdout)
+        return None
+
+
+@contextlib.contextmanager
+def when_implemented(what: str = "this cell") -> Iterator[None]:
+    """Run a cell's body only as far as your functions are implemented.
+
+    ``with when_implemented("the plot"): ...`` stops the body quietly at the first
+    ``NotImplementedError`` (a stub not yet replaced) and prints that it was skipped, so an
+    untouched exercise notebook runs end to end. Every other exception passes through.
+    """
+    try:
+        yield
+    except NotImplementedError as e:
+        print(f"skipped {what}: {e or 'a function is not implemented yet'}")
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,299 @@
+"""Checks of exercise 01: the residual distribution and one speculative sampling step.
+
+Students implement, in ``exercises/ex01_residual.ipynb``:
+
+- ``residual_distribution(p, q)``: ``norm(max(p - q, 0))``, and ``p`` when ``p == q``;
+- ``speculative_sample(p, q, generator=None) -> (token, accepted)``: draft from ``q``, accept
+  with probability ``min(1, p/q)``, otherwise resample from the residual;
+- ``chi_square_p_value(counts, probs)``: Pearson's goodness-of-fit p-value over the outcomes
+  with probability > 0 (df = their number - 1).
+
+References: :func:`specdec_course.sampling.residual_distribution`,
+:func:`specdec_course.theory.acceptance_rate`, :func:`specdec_course.stats.chi_square_test`,
+and scipy's ``chisquare`` for the p-value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from scipy import stats as sps
+
+from specdec_course import sampling, theory
+from specdec_course.stats import chi_square_test, counts as _counts
+
+from ._support import as_number, as_vector, fmt, seeded
+from .core import Case, call, register
+
+# The 5-token example of lesson 01.
+P5 = [0.50, 0.25, 0.15, 0.07, 0.03]
+Q5 = [0.30, 0.40, 0.10, 0.15, 0.05]
+
+
+def _t(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------- residual
+
+
+def _residual_cases():
+    cases = [
+        ("5-token example", _t(P5), _t(Q5)),
+        ("zeros in p and in q", _t([0.0, 0.4, 0.0, 0.6, 0.0]), _t([0.3, 0.0, 0.2, 0.2, 0.3])),
+        ("one-hot q (a greedy draft)", _t(P5), _t([0.0, 1.0, 0.0, 0.0, 0.0])),
+        ("disjoint supports (the residual is p)", _t([0.0, 0.0, 0.5, 0.5]),
+         _t([0.7, 0.3, 0.0, 0.0])),
+        ("p == q (no residual mass: return p)", _t(P5), _t(P5)),
+    ]
+    g = torch.Generator().manual_seed(1)
+    rand = []
+    for i in range(200):
+        V = int(torch.randint(2, 40, (), generator=g))
+        p = torch.rand(V, generator=g, dtype=torch.float64) ** 3
+        q = torch.rand(V, generator=g, dtype=torch.float64) ** 3
+        # Zeros where a wrong clamp or a 0/0 shows; one pair in ten shares its support exactly.
+        p[torch.rand(V, generator=g) < 0.2] = 0
+        q[torch.rand(V, generator=g) < 0.2] = 0
+        p[0] += 0.1
+        q[-1] += 0.1
+        p, q = p / p.sum(), q / q.sum()
+        rand.append((p, q if i % 10 else p.clone()))
+    return cases, rand
+
+
+def _diagnose_residual(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp: torch.Tensor):
+    if not torch.isfinite(got).all():
+        if torch.equal(p, q):
+            return "NaN or inf when p == q: max(p - q, 0) is all zero there; return p instead"
+        return "NaN or inf in your output: do you divide by something that can be 0?"
+    if (got < -1e-12).any():
+        return "negative entries: the residual is max(p - q, 0), clamp at zero before normalising"
+    s = got.sum().item()
+    if abs(s - 1) > 1e-6:
+        if abs(s - (p - q).clamp_min(0).sum().item()) < 1e-9:
+            return f"your output sums to {s:.4g}, not 1: you forgot to normalise (divide by its sum)"
+        return f"your output sums to {s:.4g}, not 1: normalise it"
+    if torch.allclose(got, p, atol=1e-9) and not torch.allclose(exp, p, atol=1e-9):
+        return "you returned p: the residual is norm(max(p - q, 0))"
+    if torch.allclose(got, q, atol=1e-9):
+        return "you returned q: the residual is norm(max(p - q, 0))"
+    back = (q - p).clamp_min(0)
+    if back.sum() > 0 and torch.allclose(got, back / back.sum(), atol=1e-9):
+        return "you computed max(q - p, 0): it is the target's excess, max(p - q, 0)"
+    return "wrong values: the residual is max(p - q, 0) divided by its sum"
+
+
+def _compare_residual(name, fn, p, q) -> Case:
+    exp = sampling.residual_distribution(p, q)
+    p_in, q_in = p.clone(), q.clone()
+    raw = call(name, fn, p_in, q_in)
+    if not (torch.equal(p_in, p) and torch.equal(q_in, q)):
+        return Case(name, False, "p and q unchanged", "your function modified its inputs",
+                    "do not change p or q in place (p -= q, clamp_): work on a new tensor")
+    got = as_vector(raw)
+    if got is None:
+        return Case(name, False, "a tensor of probabilities", fmt(raw),
+                    "return a 1-D tensor of the same length as p")
+    if got.shape != exp.shape:
+        return Case(name, False, f"shape {tuple(exp.shape)}", f"shape {tuple(got.shape)}",
+                    "return a 1-D tensor of the same length as p")
+    if torch.isfinite(got).all() and (got - exp).abs().max().item() <= 1e-9:
+        return Case(name, True)
+    return Case(name, False, fmt(exp), fmt(got), _diagnose_residual(p, q, got, exp))
+
+
+@register(
+    "ex01.residual_distribution",
+    points=3,
+    needs="residual_distribution",
+    title="the residual norm(max(p - q, 0))",
+    hint="r = (p - q).clamp(min=0); return r / r.sum(), and p itself when r.sum() == 0",
+)
+def check_residual_distribution(fn) -> Iterator[Case]:
+    fixed, rand = _residual_cases()
+    for name, p, q in fixed:
+        yield _compare_residual(name, fn, p, q)
+    for i, (p, q) in enumerate(rand):
+        case = _compare_residual(f"random pair {i} (V = {len(p)})", fn, p, q)
+        if not case.passed:
+            yield Case(f"200 random pairs, zeros included: pair {i} (V = {len(p)})", False,
+                       case.expected, case.got, case.message)
+            return
+    yield Case("200 random pairs, zeros included", True)
+
+
+# --------------------------------------------------------------------------- one step
+
+# (name, p, q, samples). The sizes keep the check near a second for a plain Python sampler
+# while a wrong rule fails by orders of magnitude: the naive rule puts 0.425 on token 0 of the
+# 5-token example instead of 0.5, a 14-sigma gap at 8,000 samples.
+_SAMPLE_CASES = [
+    ("5-token example", P5, Q5, 8000),
+    ("zeros in p and in q", [0.4, 0.0, 0.3, 0.3, 0.0], [0.1, 0.5, 0.1, 0.0, 0.3], 4000),
+    ("one-hot q (a greedy draft)", P5, [0.0, 1.0, 0.0, 0.0, 0.0], 3000),
+    ("p == q (every draft is accepted)", P5, P5, 1000),
+]
+
+
+def _joint_law(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Exact law of (token, accepted) as 2V bins: [accepted token 0..V-1, rejected 0..V-1]."""
+    alpha = theory.acceptance_rate(p, q)
+    return torch.cat([torch.minimum(p, q), (1 - alpha) * sampling.residual_distribution(p, q)])
+
+
+def _diagnose_sampler(p, q, tokens, accepted) -> str:
+    V = len(p)
+    n = len(tokens)
+    alpha = theory.acceptance_rate(p, q)
+    acc_rate = accepted.float().mean().item()
+    sd = math.sqrt(max(alpha * (1 - alpha), 1e-12) / n)
+    if accepted.all() and alpha < 1:
+        return ("every draft was reported accepted; a draft x is accepted with probability "
+                "min(1, p(x)/q(x)), and the flag must say whether it was")
+    if abs(acc_rate - alpha) > 6 * sd + 1e-9:
+        return (f"drafts were accepted {acc_rate:.4f} of the time, expected "
+                f"sum(min(p, q)) = {alpha:.4f}: accept x ~ q when u <= p(x)/q(x), u ~ U(0, 1)")
+    if accepted.any():
+        law = torch.minimum(p, q) / max(alpha, 1e-300)
+        r = chi_square_test(_counts(tokens[accepted], V), law)
+        if not r.passed:
+            return ("the accepted tokens do not follow min(p, q): draw the draft token from q "
+                    "(torch.multinomial), not argmax(q)")
+    if (~accepted).any():
+        r = chi_square_test(_counts(tokens[~accepted], V), sampling.residual_distribution(p, q))
+        if not r.passed:
+            return ("after a rejection the token must be drawn from the residual "
+                    "norm(max(p - q, 0)), not from p, and sampled, not argmax")
+    return "the (token, accepted) pairs do not follow the speculative rule"
+
+
+@register(
+    "ex01.speculative_sample",
+    points=4,
+    needs="speculative_sample",
+    title="one speculative step: draft, accept or reject, resample",
+    hint="x ~ q; accept if u <= p[x] / q[x] with u ~ U(0, 1); else sample from "
+    "residual_distribution(p, q); return (int, bool)",
+)
+def check_speculative_sample(fn) -> Iterator[Case]:
+    p, q = _t(P5), _t(Q5)
+    with seeded(0) as g:
+        out = call("returns (token, accepted)", fn, p, q, generator=g)
+    if not _valid_pair(out):
+        yield Case("returns (token, accepted)", False, "(int, bool), e.g. (2, True)", fmt(out),
+                   "return a pair: the token as an int and whether the draft was accepted")
+        return
+    yield Case("returns (token, accepted)", True)
+
+    for k, (name, pl, ql, n) in enumerate(_SAMPLE_CASES):
+        p, q = _t(pl), _t(ql)
+        V = len(p)
+        toks = torch.empty(n, dtype=torch.int64)
+        accs = torch.empty(n, dtype=torch.bool)
+        with seeded(100 + k) as g:
+            for i in range(n):
+                t, a = call(name, fn, p, q, generator=g)
+                toks[i], accs[i] = int(t), bool(a)
+        if toks.min() < 0 or toks.max() >= V:
+            yield Case(name, False, f"tokens in 0..{V - 1}", f"token {int(toks.max())}",
+                       "return a token id between 0 and len(p) - 1")
+            return
+        law = _joint_law(p, q)
+        r = chi_square_test(_counts(toks + V * (~accs).long(), 2 * V), law)
+        freq = _counts(toks, V) / n
+        yield Case(
+            f"{name}: {n} samples, chi-square on (token, accepted)",
+            r.passed,
+            expected=f"token frequencies {fmt(p)}, accepted {theory.acceptance_rate(p, q):.4f}",
+            got=f"token frequencies {fmt(torch.as_tensor(freq))}, accepted "
+            f"{accs.double().mean().item():.4f} ({r})",
+            message="" if r.passed else _diagnose_sampler(p, q, toks, accs),
+            false_failure_rate=r.false_failure_rate,
+        )
+
+
+def _valid_pair(out) -> bool:
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        return False
+    tok = as_number(out[0])
+    if tok is None or not tok.is_integer():
+        return False
+    a = out[1]
+    if isinstance(a, torch.Tensor):
+        return a.numel() == 1
+    return isinstance(a, (bool, np.bool_)) or (isinstance(a, int) and a in (0, 1))
+
+
+# --------------------------------------------------------------------------- chi-square
+
+
+def _reference_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    keep = probs > 0
+    obs = counts[keep].double().numpy()
+    exp = (probs[keep] * counts.sum()).double().numpy()
+    return float(sps.chisquare(obs, exp).pvalue)
+
+
+def _p_value_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    p5 = _t(P5)
+    with seeded(7) as g:
+        exact = torch.multinomial(p5, 50_000, replacement=True, generator=g)
+        naive_law = sampling.speculative_output_distribution(p5, _t(Q5), resample="target")
+        naive = torch.multinomial(naive_law, 50_000, replacement=True, generator=g)
+    return [
+        ("hand-made counts [52, 23, 16, 6, 3] against the 5-token p",
+         torch.tensor([52, 23, 16, 6, 3]), p5),
+        ("counts far from p", torch.tensor([30, 40, 10, 15, 5]), p5),
+        ("two outcomes", torch.tensor([480, 520]), _t([0.5, 0.5])),
+        ("an outcome with probability 0, never observed",
+         torch.tensor([480, 0, 520]), _t([0.5, 0.0, 0.5])),
+        ("50,000 exact samples of p (should pass, p-value > 0.05)", torch.from_numpy(_counts(exact, 5)), p5),
+        ("50,000 samples of the naive rule (should fail, p-value tiny)", torch.from_numpy(_counts(naive, 5)), p5),
+    ]
+
+
+def _diagnose_p_value(counts, probs, got: float, exp: float) -> str:
+    keep = probs > 0
+    n = counts.sum()
+    stat = float((((counts[keep] - n * probs[keep]) ** 2) / (n * probs[keep])).sum())
+    df = int(keep.sum()) - 1
+    if math.isnan(got):
+        return "NaN: drop the outcomes whose probability is 0 (they add 0/0 to the statistic)"
+    if abs(got - stat) <= 1e-6 * max(1.0, stat):
+        return "you returned the statistic; return the p-value, scipy.stats.chi2.sf(stat, df)"
+    if got >= 0.99 and exp < 0.05:
+        return ("your function accepts samples that are clearly not from p; a check that "
+                "always passes tests nothing")
+    for wrong_df, what in ((df + 1, "the number of outcomes"), (df - 1, "outcomes - 2")):
+        if wrong_df > 0 and abs(got - float(sps.chi2.sf(stat, wrong_df))) <= 1e-9 + 1e-6 * exp:
+            return (f"degrees of freedom off by one: you used {what}; df = (outcomes with "
+                    "probability > 0) - 1")
+    if abs(got - (1 - exp)) <= 1e-6:
+        return "you returned 1 - p-value: the p-value is the upper tail, chi2.sf(stat, df)"
+    return ("wrong p-value: statistic = sum((observed - n p)^2 / (n p)) over outcomes with p > 0, "
+            "p-value = scipy.stats.chi2.sf(statistic, df)")
+
+
+@register(
+    "ex01.chi_square_p_value",
+    points=3,
+    needs="chi_square_p_value",
+    title="Pearson's chi-square p-value",
+    hint="keep = probs > 0; expected = counts.sum() * probs[keep]; "
+    "stat = ((counts[keep] - expected)**2 / expected).sum(); chi2.sf(stat, keep.sum() - 1)",
+)
+def check_chi_square_p_value(fn) -> Iterator[Case]:
+    for name, c, pr in _p_value_cases():
+        exp = _reference_p_value(c, pr)
+        raw = call(name, fn, c.clone(), pr.clone())
+        got = as_number(raw)
+        if got is None:
+            yield Case(name, False, f"a float, {exp:.4g}", fmt(raw), "return the p-value as a float")
+            continue
+        ok = math.isfinite(got) and abs(got - exp) <= 1e-9 + 1e-6 * exp
+        yield Case(name, ok, f"{exp:.6g}", f"{got:.6g}",
+                   "" if ok else _diagnose_p_value(c.double(), pr, got, exp))
