@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import math
 import os
 import pkgutil
 import re
@@ -51,14 +50,14 @@ BATCH_ENV = "SPECDEC_COURSE_BATCH"
 
 # Every status a check result can have, in the CSV and the reports.
 STATUSES = (
-    "passed",         # every case passed: full points
-    "failed",         # a case gave a wrong answer
-    "error",          # the student's code raised (not NotImplementedError)
+    "passed",  # every case passed: full points
+    "failed",  # a case gave a wrong answer
+    "error",  # the student's code raised (not NotImplementedError)
     "not attempted",  # the student's code raised NotImplementedError (the untouched stub)
-    "missing",        # the name the check needs is not defined
-    "timeout",        # the check or the notebook ran out of time
-    "crashed",        # the kernel died (memory, os._exit, segfault) before the check ran
-    "unreadable",     # the submission is not a notebook that can be read
+    "missing",  # the name the check needs is not defined
+    "timeout",  # the check or the notebook ran out of time
+    "crashed",  # the kernel died (memory, os._exit, segfault) before the check ran
+    "unreadable",  # the submission is not a notebook that can be read
 )
 
 _ID_RE = re.compile(r"^(ex\d{2,})\.([a-z_][a-z0-9_]*)$")
@@ -245,9 +244,7 @@ def exercises() -> list[str]:
     """The exercise ids that have a module in ``specdec_course.grading`` (``['ex01', ...]``)."""
     from specdec_course import grading
 
-    return sorted(
-        m.name for m in pkgutil.iter_modules(grading.__path__) if _EX_RE.match(m.name)
-    )
+    return sorted(m.name for m in pkgutil.iter_modules(grading.__path__) if _EX_RE.match(m.name))
 
 
 def _load(exercise: str) -> None:
@@ -270,9 +267,7 @@ def checks_for(exercise: str) -> list[CheckSpec]:
 def _spec(check_id: str) -> CheckSpec:
     m = _ID_RE.match(check_id) if isinstance(check_id, str) else None
     if not m:
-        raise ValueError(
-            f"check id must look like 'ex01.residual_distribution'; got {check_id!r}"
-        )
+        raise ValueError(f"check id must look like 'ex01.residual_distribution'; got {check_id!r}")
     _load(m.group(1))
     if check_id not in _REGISTRY:
         known = ", ".join(s.id for s in checks_for(m.group(1)))
@@ -344,7 +339,9 @@ def _short(exc: BaseException) -> str:
 
 def _where(exc: BaseException) -> str:
     # The last frame of the student's code (a notebook cell), so they know which line.
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "specdec_course" not in f.filename]
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if "specdec_course" not in f.filename
+    ]
     if not frames:
         return ""
     f = frames[-1]
@@ -423,21 +420,28 @@ def grade_namespace(
     time_limit: float | None = 60.0,
     quiet: bool = True,
     defined_note: str = "",
+    only: str | None = None,
 ) -> ExerciseReport:
     """Run every check of ``exercise`` on the objects found by name in ``namespace``.
 
     This is how the batch grader grades: by name, so it does not matter which cells defined
     them. A name that is missing gives status ``"missing"`` (0 points); ``defined_note`` is
-    added to that message (the grader says which cells raised). Raises ``ValueError`` for an
-    unknown exercise.
+    added to that message (the grader says which cells raised); ``only`` runs just the check
+    with that id. Raises ``ValueError`` for an unknown exercise.
     """
     results = []
     for spec in checks_for(exercise):
+        if only is not None and spec.id != only:
+            continue
         absent = [n for n in spec.needs if n not in namespace]
         if absent:
             results.append(
                 CheckResult(
-                    spec.id, spec.title, "missing", 0.0, spec.points,
+                    spec.id,
+                    spec.title,
+                    "missing",
+                    0.0,
+                    spec.points,
                     message=f"no {' or '.join(absent)} is defined: define a function with "
                     f"exactly that name" + (f"; {defined_note}" if defined_note else ""),
                     hint=spec.hint,
@@ -445,8 +449,9 @@ def grade_namespace(
             )
             continue
         results.append(
-            run_check(spec.id, *(namespace[n] for n in spec.needs), time_limit=time_limit,
-                      quiet=quiet)
+            run_check(
+                spec.id, *(namespace[n] for n in spec.needs), time_limit=time_limit, quiet=quiet
+            )
         )
     return ExerciseReport(exercise, results)
 
@@ -493,7 +498,3 @@ def when_implemented(what: str = "this cell") -> Iterator[None]:
         yield
     except NotImplementedError as e:
         print(f"skipped {what}: {e or 'a function is not implemented yet'}")
-
-
-def _finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

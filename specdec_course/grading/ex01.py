@@ -23,7 +23,8 @@ import torch
 from scipy import stats as sps
 
 from specdec_course import sampling, theory
-from specdec_course.stats import chi_square_test, counts as _counts
+from specdec_course.stats import chi_square_test
+from specdec_course.stats import counts as _counts
 
 from ._support import as_number, as_vector, fmt, seeded
 from .core import Case, call, register
@@ -45,8 +46,11 @@ def _residual_cases():
         ("5-token example", _t(P5), _t(Q5)),
         ("zeros in p and in q", _t([0.0, 0.4, 0.0, 0.6, 0.0]), _t([0.3, 0.0, 0.2, 0.2, 0.3])),
         ("one-hot q (a greedy draft)", _t(P5), _t([0.0, 1.0, 0.0, 0.0, 0.0])),
-        ("disjoint supports (the residual is p)", _t([0.0, 0.0, 0.5, 0.5]),
-         _t([0.7, 0.3, 0.0, 0.0])),
+        (
+            "disjoint supports (the residual is p)",
+            _t([0.0, 0.0, 0.5, 0.5]),
+            _t([0.7, 0.3, 0.0, 0.0]),
+        ),
         ("p == q (no residual mass: return p)", _t(P5), _t(P5)),
     ]
     g = torch.Generator().manual_seed(1)
@@ -75,7 +79,9 @@ def _diagnose_residual(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp:
     s = got.sum().item()
     if abs(s - 1) > 1e-6:
         if abs(s - (p - q).clamp_min(0).sum().item()) < 1e-9:
-            return f"your output sums to {s:.4g}, not 1: you forgot to normalise (divide by its sum)"
+            return (
+                f"your output sums to {s:.4g}, not 1: you forgot to normalise (divide by its sum)"
+            )
         return f"your output sums to {s:.4g}, not 1: normalise it"
     if torch.allclose(got, p, atol=1e-9) and not torch.allclose(exp, p, atol=1e-9):
         return "you returned p: the residual is norm(max(p - q, 0))"
@@ -92,15 +98,30 @@ def _compare_residual(name, fn, p, q) -> Case:
     p_in, q_in = p.clone(), q.clone()
     raw = call(name, fn, p_in, q_in)
     if not (torch.equal(p_in, p) and torch.equal(q_in, q)):
-        return Case(name, False, "p and q unchanged", "your function modified its inputs",
-                    "do not change p or q in place (p -= q, clamp_): work on a new tensor")
+        return Case(
+            name,
+            False,
+            "p and q unchanged",
+            "your function modified its inputs",
+            "do not change p or q in place (p -= q, clamp_): work on a new tensor",
+        )
     got = as_vector(raw)
     if got is None:
-        return Case(name, False, "a tensor of probabilities", fmt(raw),
-                    "return a 1-D tensor of the same length as p")
+        return Case(
+            name,
+            False,
+            "a tensor of probabilities",
+            fmt(raw),
+            "return a 1-D tensor of the same length as p",
+        )
     if got.shape != exp.shape:
-        return Case(name, False, f"shape {tuple(exp.shape)}", f"shape {tuple(got.shape)}",
-                    "return a 1-D tensor of the same length as p")
+        return Case(
+            name,
+            False,
+            f"shape {tuple(exp.shape)}",
+            f"shape {tuple(got.shape)}",
+            "return a 1-D tensor of the same length as p",
+        )
     if torch.isfinite(got).all() and (got - exp).abs().max().item() <= 1e-9:
         return Case(name, True)
     return Case(name, False, fmt(exp), fmt(got), _diagnose_residual(p, q, got, exp))
@@ -120,8 +141,13 @@ def check_residual_distribution(fn) -> Iterator[Case]:
     for i, (p, q) in enumerate(rand):
         case = _compare_residual(f"random pair {i} (V = {len(p)})", fn, p, q)
         if not case.passed:
-            yield Case(f"200 random pairs, zeros included: pair {i} (V = {len(p)})", False,
-                       case.expected, case.got, case.message)
+            yield Case(
+                f"200 random pairs, zeros included: pair {i} (V = {len(p)})",
+                False,
+                case.expected,
+                case.got,
+                case.message,
+            )
             return
     yield Case("200 random pairs, zeros included", True)
 
@@ -152,22 +178,30 @@ def _diagnose_sampler(p, q, tokens, accepted) -> str:
     acc_rate = accepted.float().mean().item()
     sd = math.sqrt(max(alpha * (1 - alpha), 1e-12) / n)
     if accepted.all() and alpha < 1:
-        return ("every draft was reported accepted; a draft x is accepted with probability "
-                "min(1, p(x)/q(x)), and the flag must say whether it was")
+        return (
+            "every draft was reported accepted; a draft x is accepted with probability "
+            "min(1, p(x)/q(x)), and the flag must say whether it was"
+        )
     if abs(acc_rate - alpha) > 6 * sd + 1e-9:
-        return (f"drafts were accepted {acc_rate:.4f} of the time, expected "
-                f"sum(min(p, q)) = {alpha:.4f}: accept x ~ q when u <= p(x)/q(x), u ~ U(0, 1)")
+        return (
+            f"drafts were accepted {acc_rate:.4f} of the time, expected "
+            f"sum(min(p, q)) = {alpha:.4f}: accept x ~ q when u <= p(x)/q(x), u ~ U(0, 1)"
+        )
     if accepted.any():
         law = torch.minimum(p, q) / max(alpha, 1e-300)
         r = chi_square_test(_counts(tokens[accepted], V), law)
         if not r.passed:
-            return ("the accepted tokens do not follow min(p, q): draw the draft token from q "
-                    "(torch.multinomial), not argmax(q)")
+            return (
+                "the accepted tokens do not follow min(p, q): draw the draft token from q "
+                "(torch.multinomial), not argmax(q)"
+            )
     if (~accepted).any():
         r = chi_square_test(_counts(tokens[~accepted], V), sampling.residual_distribution(p, q))
         if not r.passed:
-            return ("after a rejection the token must be drawn from the residual "
-                    "norm(max(p - q, 0)), not from p, and sampled, not argmax")
+            return (
+                "after a rejection the token must be drawn from the residual "
+                "norm(max(p - q, 0)), not from p, and sampled, not argmax"
+            )
     return "the (token, accepted) pairs do not follow the speculative rule"
 
 
@@ -184,8 +218,13 @@ def check_speculative_sample(fn) -> Iterator[Case]:
     with seeded(0) as g:
         out = call("returns (token, accepted)", fn, p, q, generator=g)
     if not _valid_pair(out):
-        yield Case("returns (token, accepted)", False, "(int, bool), e.g. (2, True)", fmt(out),
-                   "return a pair: the token as an int and whether the draft was accepted")
+        yield Case(
+            "returns (token, accepted)",
+            False,
+            "(int, bool), e.g. (2, True)",
+            fmt(out),
+            "return a pair: the token as an int and whether the draft was accepted",
+        )
         return
     yield Case("returns (token, accepted)", True)
 
@@ -199,8 +238,13 @@ def check_speculative_sample(fn) -> Iterator[Case]:
                 t, a = call(name, fn, p, q, generator=g)
                 toks[i], accs[i] = int(t), bool(a)
         if toks.min() < 0 or toks.max() >= V:
-            yield Case(name, False, f"tokens in 0..{V - 1}", f"token {int(toks.max())}",
-                       "return a token id between 0 and len(p) - 1")
+            yield Case(
+                name,
+                False,
+                f"tokens in 0..{V - 1}",
+                f"token {int(toks.max())}",
+                "return a token id between 0 and len(p) - 1",
+            )
             return
         law = _joint_law(p, q)
         r = chi_square_test(_counts(toks + V * (~accs).long(), 2 * V), law)
@@ -245,14 +289,28 @@ def _p_value_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
         naive_law = sampling.speculative_output_distribution(p5, _t(Q5), resample="target")
         naive = torch.multinomial(naive_law, 50_000, replacement=True, generator=g)
     return [
-        ("hand-made counts [52, 23, 16, 6, 3] against the 5-token p",
-         torch.tensor([52, 23, 16, 6, 3]), p5),
+        (
+            "hand-made counts [52, 23, 16, 6, 3] against the 5-token p",
+            torch.tensor([52, 23, 16, 6, 3]),
+            p5,
+        ),
         ("counts far from p", torch.tensor([30, 40, 10, 15, 5]), p5),
         ("two outcomes", torch.tensor([480, 520]), _t([0.5, 0.5])),
-        ("an outcome with probability 0, never observed",
-         torch.tensor([480, 0, 520]), _t([0.5, 0.0, 0.5])),
-        ("50,000 exact samples of p (should pass, p-value > 0.05)", torch.from_numpy(_counts(exact, 5)), p5),
-        ("50,000 samples of the naive rule (should fail, p-value tiny)", torch.from_numpy(_counts(naive, 5)), p5),
+        (
+            "an outcome with probability 0, never observed",
+            torch.tensor([480, 0, 520]),
+            _t([0.5, 0.0, 0.5]),
+        ),
+        (
+            "50,000 exact samples of p (should pass, p-value > 0.05)",
+            torch.from_numpy(_counts(exact, 5)),
+            p5,
+        ),
+        (
+            "50,000 samples of the naive rule (should fail, p-value tiny)",
+            torch.from_numpy(_counts(naive, 5)),
+            p5,
+        ),
     ]
 
 
@@ -266,16 +324,22 @@ def _diagnose_p_value(counts, probs, got: float, exp: float) -> str:
     if abs(got - stat) <= 1e-6 * max(1.0, stat):
         return "you returned the statistic; return the p-value, scipy.stats.chi2.sf(stat, df)"
     if got >= 0.99 and exp < 0.05:
-        return ("your function accepts samples that are clearly not from p; a check that "
-                "always passes tests nothing")
+        return (
+            "your function accepts samples that are clearly not from p; a check that "
+            "always passes tests nothing"
+        )
     for wrong_df, what in ((df + 1, "the number of outcomes"), (df - 1, "outcomes - 2")):
         if wrong_df > 0 and abs(got - float(sps.chi2.sf(stat, wrong_df))) <= 1e-9 + 1e-6 * exp:
-            return (f"degrees of freedom off by one: you used {what}; df = (outcomes with "
-                    "probability > 0) - 1")
+            return (
+                f"degrees of freedom off by one: you used {what}; df = (outcomes with "
+                "probability > 0) - 1"
+            )
     if abs(got - (1 - exp)) <= 1e-6:
         return "you returned 1 - p-value: the p-value is the upper tail, chi2.sf(stat, df)"
-    return ("wrong p-value: statistic = sum((observed - n p)^2 / (n p)) over outcomes with p > 0, "
-            "p-value = scipy.stats.chi2.sf(statistic, df)")
+    return (
+        "wrong p-value: statistic = sum((observed - n p)^2 / (n p)) over outcomes with p > 0, "
+        "p-value = scipy.stats.chi2.sf(statistic, df)"
+    )
 
 
 @register(
@@ -292,8 +356,15 @@ def check_chi_square_p_value(fn) -> Iterator[Case]:
         raw = call(name, fn, c.clone(), pr.clone())
         got = as_number(raw)
         if got is None:
-            yield Case(name, False, f"a float, {exp:.4g}", fmt(raw), "return the p-value as a float")
+            yield Case(
+                name, False, f"a float, {exp:.4g}", fmt(raw), "return the p-value as a float"
+            )
             continue
         ok = math.isfinite(got) and abs(got - exp) <= 1e-9 + 1e-6 * exp
-        yield Case(name, ok, f"{exp:.6g}", f"{got:.6g}",
-                   "" if ok else _diagnose_p_value(c.double(), pr, got, exp))
+        yield Case(
+            name,
+            ok,
+            f"{exp:.6g}",
+            f"{got:.6g}",
+            "" if ok else _diagnose_p_value(c.double(), pr, got, exp),
+        )
