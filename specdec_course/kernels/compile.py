@@ -1,0 +1,107 @@
+"""Compile every verifier kernel for an NVIDIA GPU, with or without one.
+
+The Triton interpreter runs kernels as Python, so it accepts code that the GPU compiler
+rejects (``break``, ``return`` in a loop, a loop variable that changes type, ...). Compiling
+for a target architecture needs no device: ``triton.compile`` lowers the kernel through
+Triton IR, LLVM and PTX down to a cubin (``ptxas`` ships with triton). The default target is
+sm_90 (H100/H200) with 32-thread warps.
+
+Triton decides once per process whether it interprets or compiles (see the package
+docstring), and a process that interprets cannot compile. So the compilation runs in a child
+Python process with the interpreter off; it takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["compile_for_gpu", "KERNEL_VARIANTS"]
+
+# Pointer element types of each kernel argument; the probabilities' type varies per variant.
+_VERIFY_SIG = {
+    "token_ids_ptr": "*i64", "num_accepted_ptr": "*i64", "draft_ids_ptr": "*i64",
+    "draft_probs_ptr": "{prob}", "target_probs_ptr": "{prob}", "uniforms_ptr": "*fp64",
+    "B": "i32", "K": "i32", "V": "i32", "NO_DRAFT_PROBS": "constexpr", "BLOCK_R": "constexpr",
+}
+_RACE_SIG = {
+    "token_ids_ptr": "*i64", "num_accepted_ptr": "*i64", "draft_ids_ptr": "*i64",
+    "draft_probs_ptr": "{prob}", "target_probs_ptr": "{prob}", "exp_noise_ptr": "*fp32",
+    "B": "i32", "K": "i32", "V": "i32", "NO_DRAFT_PROBS": "constexpr", "BLOCK_R": "constexpr",
+    "BLOCK_V": "constexpr",
+}
+# (kernel name, probability dtype, NO_DRAFT_PROBS): every branch of every kernel, in the
+# dtypes people feed it (fp16/bf16 straight from a model, fp32 after softmax).
+KERNEL_VARIANTS = [
+    (name, prob, no_q)
+    for name in ("verify_kernel", "race_kernel")
+    for prob in ("fp32", "fp16", "bf16")
+    for no_q in (False, True)
+]
+
+
+def _variant_name(name: str, prob: str, no_q: bool) -> str:
+    return f"{name}[{prob}{', one-hot drafts' if no_q else ''}]"
+
+
+def _compile_here(arch: int, warp_size: int, block_vocab: int, out_dir: Path) -> None:
+    """Child-process side: compile each variant, write its PTX and a JSON summary."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from . import rejection
+
+    target = GPUTarget("cuda", arch, warp_size)
+    summary = {}
+    for name, prob, no_q in KERNEL_VARIANTS:
+        kernel = getattr(rejection, name)
+        sig = _VERIFY_SIG if name == "verify_kernel" else _RACE_SIG
+        sig = {k: v.format(prob="*" + prob) for k, v in sig.items()}
+        constexprs = {"NO_DRAFT_PROBS": no_q, "BLOCK_R": 1}
+        if name == "race_kernel":
+            constexprs["BLOCK_V"] = block_vocab
+        compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
+                                  target=target)
+        key = _variant_name(name, prob, no_q)
+        ptx_path = out_dir / f"{name}_{prob}_{int(no_q)}.ptx"
+        ptx_path.write_text(compiled.asm["ptx"])
+        summary[key] = {"ptx_file": str(ptx_path), "cubin_bytes": len(compiled.asm["cubin"])}
+    (out_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def compile_for_gpu(
+    arch: int = 90, warp_size: int = 32, block_vocab: int = 4096, timeout: float = 300.0
+) -> dict[str, dict]:
+    """Compile every kernel variant for ``cuda`` sm_``arch``; works without a GPU.
+
+    Returns ``{variant: {"ptx": str, "cubin_bytes": int}}`` for the variants in
+    ``KERNEL_VARIANTS`` (both kernels, fp32/fp16/bf16 probabilities, with and without draft
+    probabilities). Raises ``RuntimeError`` carrying the compiler's message when a kernel does
+    not compile (code that only the interpreter accepts fails here), ``ValueError`` for a
+    ``block_vocab`` that is not a power of two.
+    """
+    if block_vocab < 1 or block_vocab & (block_vocab - 1):
+        raise ValueError(f"block_vocab must be a power of two; got {block_vocab}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["SPECDEC_TRITON_COMPILE_ONLY"] = "1"
+    # Keep the (otherwise repeated) fp-fusion deprecation notice out of the child's output.
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        code = (
+            "from pathlib import Path; from specdec_course.kernels.compile import _compile_here; "
+            f"_compile_here({int(arch)}, {int(warp_size)}, {int(block_vocab)}, Path({tmp!r}))"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"a kernel failed to compile for sm_{arch}:\n{proc.stderr[-4000:]}")
+        summary = json.loads((Path(tmp) / "summary.json").read_text())
+        return {
+            k: {"ptx": Path(v["ptx_file"]).read_text(), "cubin_bytes": v["cubin_bytes"]}
+            for k, v in summary.items()
+        }

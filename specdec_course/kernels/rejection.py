@@ -1,0 +1,244 @@
+"""The batched verifier as two Triton kernels: verify, then one exponential race per row.
+
+Same semantics as ``specdec_course.verifier.rejection_sample`` (read its docstring first);
+given the same ``uniforms`` and ``exp_noise`` the tokens are identical. The work splits in
+two launches:
+
+1. ``verify_kernel``: walks each row's drafts in order, accepts draft ``j`` iff
+   ``p_j(x) > 0 and u_j * q_j(x) <= p_j(x)`` (float64), writes the accepted ids and stops at
+   the first rejection (later positions are masked off: a GPU kernel cannot ``break``). It
+   reads only ``p_j(x)`` and ``q_j(x)``, two numbers per position, and stores
+   ``num_accepted``.
+2. ``race_kernel``: for each row, at its position ``m = num_accepted`` only, runs the race
+   ``argmax(w / E)`` over the vocabulary in tiles of ``BLOCK_V``; ``w = max(p_m - q_m, 0)``
+   after a rejection and ``w = p_m`` for the bonus (no draft at ``m``). vLLM computes a
+   recovered token at every draft position; racing only where it is needed reads one
+   vocabulary row per batch row instead of ``K``.
+
+Rows. A program handles ``BLOCK_R`` rows as a vector. On the GPU ``BLOCK_R = 1``: one
+program per row, as in vLLM, so that a batch of B rows uses B streaming multiprocessors'
+worth of programs. The interpreter runs programs one after another in Python, where each
+program costs the same whatever its width, so there a program takes a block of rows (and the
+whole vocabulary in one tile): 100,000 rows then need about a hundred programs, not 100,000.
+
+The race keeps two running winners per row while it streams the vocabulary: one over the
+residual ``w`` and one over ``p`` itself. When no residual score is positive (``p == q`` up
+to rounding) the token comes from the second, without a second pass over memory.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..verifier import RejectionResult, VerifierInputs, prepare_inputs
+
+__all__ = ["verify_kernel", "race_kernel", "launch", "launch_config", "rejection_sample_triton"]
+
+
+@triton.jit
+def verify_kernel(
+    token_ids_ptr,  # int64 [B, K + 1], filled with -1 by the caller
+    num_accepted_ptr,  # int64 [B], written here
+    draft_ids_ptr,  # int64 [B, K], -1 pads the end of a row
+    draft_probs_ptr,  # [B, K, V]; unused when NO_DRAFT_PROBS
+    target_probs_ptr,  # [B, K + 1, V]
+    uniforms_ptr,  # float64 [B, K] in (0, 1]
+    B,
+    K,
+    V,
+    NO_DRAFT_PROBS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < B
+    # int64 offsets: B * (K + 1) * V passes 2**31 for large batches and vocabularies.
+    r = rows.to(tl.int64)
+    m = tl.zeros([BLOCK_R], dtype=tl.int64)  # accepted so far
+    active = row_ok  # still accepting: no rejection and no end of drafts yet
+    for j in range(K):
+        x = tl.load(draft_ids_ptr + r * K + j, mask=active, other=-1)
+        look = active & (x >= 0)
+        xs = tl.where(look, x, 0)  # a safe column where there is nothing to look at
+        p_x = tl.load(target_probs_ptr + (r * (K + 1) + j) * V + xs, mask=look, other=0.0)
+        p_x = p_x.to(tl.float64)
+        u = tl.load(uniforms_ptr + r * K + j, mask=look, other=1.0)
+        if NO_DRAFT_PROBS:
+            # One-hot draft: q(x) = 1, accept iff u <= p(x).
+            accept = look & (p_x > 0) & (u <= p_x)
+        else:
+            q_x = tl.load(draft_probs_ptr + (r * K + j) * V + xs, mask=look, other=0.0)
+            # u <= p/q as u * q <= p in float64: no division, no 0/0 when q(x) = 0, and the
+            # same rounding as the PyTorch reference.
+            accept = look & (p_x > 0) & (u * q_x.to(tl.float64) <= p_x)
+        tl.store(token_ids_ptr + r * (K + 1) + j, x, mask=accept)
+        m += accept.to(tl.int64)
+        active = accept  # the first rejection (or -1) switches the row off for good
+    tl.store(num_accepted_ptr + r, m, mask=row_ok)
+
+
+@triton.jit
+def race_kernel(
+    token_ids_ptr,  # int64 [B, K + 1]: the new token goes to position m
+    num_accepted_ptr,  # int64 [B], from verify_kernel
+    draft_ids_ptr,  # int64 [B, K]
+    draft_probs_ptr,  # [B, K, V]; unused when NO_DRAFT_PROBS
+    target_probs_ptr,  # [B, K + 1, V]
+    exp_noise_ptr,  # float32 [B, V], Exp(1) draws > 0
+    B,
+    K,
+    V,
+    NO_DRAFT_PROBS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < B
+    r = rows.to(tl.int64)
+    m = tl.load(num_accepted_ptr + r, mask=row_ok, other=0)
+    # A draft at m means it was rejected (verify stopped there); none means bonus.
+    x = tl.load(draft_ids_ptr + r * K + m, mask=row_ok & (m < K), other=-1)
+    rejected = x >= 0
+    p_row = target_probs_ptr + (r * (K + 1) + m) * V  # [BLOCK_R] row starts
+    q_row = draft_probs_ptr + (r * K + m) * V
+    e_row = exp_noise_ptr + r * V
+
+    # Running winners: best score so far and its column, over w and over p. Scores of real
+    # columns are >= 0, so -1 marks "nothing seen yet" and also masks padding columns.
+    best_w = tl.full([BLOCK_R], -1.0, dtype=tl.float32)
+    best_p = tl.full([BLOCK_R], -1.0, dtype=tl.float32)
+    idx_w = tl.zeros([BLOCK_R], dtype=tl.int32)
+    idx_p = tl.zeros([BLOCK_R], dtype=tl.int32)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = row_ok[:, None] & (cols < V)[None, :]  # [BLOCK_R, BLOCK_V]
+        p = tl.load(p_row[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        e = tl.load(e_row[:, None] + cols[None, :], mask=ok, other=1.0)
+        if NO_DRAFT_PROBS:
+            # max(p - onehot(x), 0) is p with column x zeroed.
+            w = tl.where(rejected[:, None] & (cols[None, :] == x[:, None]), 0.0, p)
+        else:
+            q_ok = ok & rejected[:, None]  # bonus rows: q = 0, so w = p
+            q = tl.load(q_row[:, None] + cols[None, :], mask=q_ok, other=0.0).to(tl.float32)
+            w = tl.maximum(p - q, 0.0)
+        # div_rn: IEEE round-to-nearest division, bit-identical to torch's w / e. (Plain `/`
+        # may compile to an approximate division on the GPU and change an argmax.)
+        s_w = tl.where(ok, tl.math.div_rn(w, e), -1.0)
+        s_p = tl.where(ok, tl.math.div_rn(p, e), -1.0)
+        # Ties go to the lowest column (tie_break_left), and a later tile must be strictly
+        # better: the first maximum wins, exactly like torch.argmax.
+        tile_w, arg_w = tl.max(s_w, axis=1, return_indices=True, return_indices_tie_break_left=True)
+        tile_p, arg_p = tl.max(s_p, axis=1, return_indices=True, return_indices_tie_break_left=True)
+        better_w = tile_w > best_w
+        better_p = tile_p > best_p
+        best_w = tl.where(better_w, tile_w, best_w)
+        idx_w = tl.where(better_w, arg_w + start, idx_w)
+        best_p = tl.where(better_p, tile_p, best_p)
+        idx_p = tl.where(better_p, arg_p + start, idx_p)
+    # No positive residual score anywhere (p == q up to rounding): the residual is p.
+    token = tl.where(best_w > 0, idx_w, idx_p)
+    tl.store(token_ids_ptr + r * (K + 1) + m, token.to(tl.int64), mask=row_ok)
+
+
+def _interpreting(kernel) -> bool:
+    return not isinstance(kernel, triton.runtime.JITFunction)
+
+
+def kernel_for(kernel, device: torch.device):
+    """Check that ``kernel`` can run on tensors on ``device`` and return it.
+
+    Interpreted kernels run on CPU tensors (and, copying through the host, on CUDA tensors);
+    compiled kernels run on CUDA tensors only. Raises ``ValueError`` otherwise.
+    """
+    if device.type == "cuda" or _interpreting(kernel):
+        if _interpreting(kernel) and isinstance(tl.zeros, triton.runtime.JITFunction):
+            raise ValueError(
+                "triton was imported before specdec_course.kernels with its interpreter off, "
+                "so kernels cannot run on the CPU in this process; import "
+                "specdec_course.kernels first, or start Python with TRITON_INTERPRET=1"
+            )
+        return kernel
+    raise ValueError(
+        f"the inputs are on {device}, but this process compiles Triton kernels for the GPU; "
+        "move them to 'cuda', or start Python with TRITON_INTERPRET=1 to interpret on the CPU"
+    )
+
+
+def launch_config(B: int, V: int, device: torch.device) -> tuple[int, int]:
+    """``(BLOCK_R, BLOCK_V)``: rows per program and vocabulary tile width.
+
+    CUDA: one row per program and tiles of up to 4096 columns (16 KB of float32 per tensor,
+    enough in flight per program to stream at full bandwidth without spilling registers).
+    Interpreter: the whole vocabulary in one tile (a loop step costs Python time) and as many
+    rows as keep one tile under 2**16 elements (numpy's sweet spot here; measured: larger
+    blocks do not run faster), so a 100,000-row batch takes a few hundred programs.
+    """
+    vocab = triton.next_power_of_2(V)
+    if device.type == "cuda":
+        return 1, min(vocab, 4096)
+    rows = max(1, min(triton.next_power_of_2(B), 2**16 // vocab, 4096))
+    return rows, vocab
+
+
+def launch(inputs: VerifierInputs, *, block_rows: int, block_vocab: int) -> RejectionResult:
+    """Run both kernels on checked inputs with explicit block sizes (tests pick small tiles).
+
+    ``inputs`` come from ``verifier.prepare_inputs``; ``block_rows`` and ``block_vocab`` must
+    be powers of two. Returns ``RejectionResult`` like the reference.
+    """
+    for name, v in (("block_rows", block_rows), ("block_vocab", block_vocab)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"{name} must be a power of two >= 1; got {v}")
+    ids, q, p, u, e = inputs
+    B, K = ids.shape
+    V = p.shape[2]
+    token_ids = torch.full((B, K + 1), -1, dtype=torch.int64, device=p.device)
+    num_accepted = torch.zeros(B, dtype=torch.int64, device=p.device)
+    if B == 0:
+        return RejectionResult(token_ids, num_accepted)
+    if K == 0:
+        # Triton wants real storage behind every pointer; these are never read (m == K == 0).
+        ids = ids.new_full((B, 1), -1)
+        u = u.new_ones((B, 1))
+    no_q = q is None
+    q_arg = p if no_q else q  # a placeholder pointer when there are no draft probabilities
+    grid = (triton.cdiv(B, block_rows),)
+    on_gpu = p.device.type == "cuda"
+    kernel_for(verify_kernel, p.device)[grid](
+        token_ids, num_accepted, ids, q_arg, p, u, B, K, V,
+        NO_DRAFT_PROBS=no_q, BLOCK_R=block_rows,
+        **({"num_warps": 1} if on_gpu else {}),  # scalar work: one warp is plenty
+    )
+    kernel_for(race_kernel, p.device)[grid](
+        token_ids, num_accepted, ids, q_arg, p, e, B, K, V,
+        NO_DRAFT_PROBS=no_q, BLOCK_R=block_rows, BLOCK_V=block_vocab,
+        **({"num_warps": 8 if block_vocab >= 2048 else 4} if on_gpu else {}),
+    )
+    return RejectionResult(token_ids, num_accepted)
+
+
+def rejection_sample_triton(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+    exp_noise: torch.Tensor | None = None,
+) -> RejectionResult:
+    """``verifier.rejection_sample`` as Triton kernels: same arguments, checks and result.
+
+    Inputs are checked and random numbers drawn by ``verifier.prepare_inputs`` (same order,
+    so a seeded ``generator`` gives the reference's tokens too). CUDA tensors run natively;
+    CPU tensors run under the Triton interpreter (slow: for teaching and testing). Returns
+    ``RejectionResult(token_ids [B, K + 1], num_accepted [B])``; raises ``ValueError`` on
+    bad input, like the reference.
+    """
+    inputs = prepare_inputs(
+        draft_token_ids, draft_probs, target_probs,
+        generator=generator, uniforms=uniforms, exp_noise=exp_noise,
+    )
+    B, V = inputs.exp_noise.shape
+    block_rows, block_vocab = launch_config(B, V, inputs.target_probs.device)
+    return launch(inputs, block_rows=block_rows, block_vocab=block_vocab)
