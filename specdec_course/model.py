@@ -1,0 +1,427 @@
+"""A character-level GPT with a preallocated key/value cache.
+
+The model follows nanoGPT (Karpathy, github.com/karpathy/nanoGPT), itself the GPT-2 design
+(Radford et al. 2019) on the transformer of Vaswani et al. 2017: pre-norm blocks, learned
+position embeddings, GELU MLP, and an output layer tied to the token embedding.
+
+The cache is what speculative decoding needs (Leviathan et al. 2023): feed one or several
+new tokens at a time, and roll back the rejected ones by moving a pointer. ``KVCache`` holds
+preallocated buffers ``[n_layer, B, n_head, block_size, head_dim]`` for keys and values and
+an integer ``length``; a cached forward writes the new keys/values in place at
+``length .. length + T_new`` and attends over ``0 .. length + T_new``.
+
+Presets: ``TARGET`` (4 layers) and ``DRAFT`` (1 layer) share the vocabulary and a context of
+256 characters. ``load_pretrained("target" | "draft")`` loads the shipped checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from .paths import checkpoints_dir
+
+__all__ = [
+    "GPTConfig", "CharGPT", "KVCache", "TARGET", "DRAFT", "PRESETS",
+    "save_checkpoint", "load_checkpoint", "load_pretrained", "rebuild_command",
+]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Shape of a ``CharGPT``. ``n_embd`` must be divisible by ``n_head``."""
+
+    vocab_size: int = 65
+    block_size: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 88
+    dropout: float = 0.0
+    bias: bool = True
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"GPTConfig.{name} must be a positive int; got {v!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"GPTConfig.dropout must be in [0, 1); got {self.dropout!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+# Widths chosen to land on the pair's sizes (388K and 108K parameters, tied embeddings, with
+# a 65-symbol vocabulary) while keeping 4 heads; the draft is narrower as well as shallower.
+TARGET = GPTConfig(n_layer=4, n_head=4, n_embd=88)
+DRAFT = GPTConfig(n_layer=1, n_head=4, n_embd=80)
+PRESETS = {"target": TARGET, "draft": DRAFT}
+
+
+class KVCache:
+    """Preallocated keys and values for every layer, plus how many positions are filled.
+
+    Invariant: after ``crop(n)`` the cache holds exactly the first ``n`` positions; a later
+    forward overwrites positions ``n, n+1, ...`` in place. Rollback therefore copies nothing.
+
+    ``k`` and ``v`` have shape ``[n_layer, batch_size, n_head, block_size, head_dim]``;
+    ``length`` is the number of positions filled (the same for every row of the batch).
+    """
+
+    def __init__(self, config: GPTConfig, batch_size: int = 1, *,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"config must be a GPTConfig; got {type(config).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}")
+        shape = (config.n_layer, batch_size, config.n_head, config.block_size, config.head_dim)
+        self.config = config
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.length = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[3]
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` positions (``0 <= n <= length``); raises ValueError otherwise."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.length:
+            raise ValueError(
+                f"crop(n) needs an int 0 <= n <= cache.length ({self.length}); got {n!r}"
+            )
+        self.length = n
+
+    def reset(self) -> None:
+        """Empty the cache (same as ``crop(0)``)."""
+        self.length = 0
+
+    def __repr__(self) -> str:
+        return (f"KVCache(length={self.length}, capacity={self.capacity}, "
+                f"batch_size={self.batch_size}, n_layer={self.k.shape[0]})")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head, self.n_embd = config.n_head, config.n_embd
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = config.dropout
+
+    def forward(self, x, cache=None, layer=0, start=0, mask=None):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        hs = C // self.n_head
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        if cache is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
+        else:
+            end = start + T
+            cache.k[layer, :, :, start:end] = k  # written in place: no allocation per step
+            cache.v[layer, :, :, start:end] = v
+            k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, nh, end, hs)
+            # One new token attends to everything cached: no mask needed.
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cache=None, layer=0, start=0, mask=None):
+        x = x + self.attn(self.ln_1(x), cache, layer, start, mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class CharGPT(nn.Module):
+    """nanoGPT-style decoder over characters, with an optional ``KVCache``.
+
+    ``forward(idx)`` is the full causal pass (training); ``forward(idx, cache)`` takes only the
+    new tokens and extends the cache. Both return logits ``[B, T, vocab_size]``.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"config must be a GPTConfig; got {type(config).__name__}")
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # Weight tying (Press & Wolf 2017): the output layer reuses the token embedding.
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer) at initialisation.
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        self.register_buffer("_arange", torch.arange(config.block_size), persistent=False)
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_parameters(self) -> int:
+        """All parameters, the tied embedding counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def new_cache(self, batch_size: int = 1) -> KVCache:
+        """An empty ``KVCache`` on this model's device and dtype."""
+        w = self.lm_head.weight
+        return KVCache(self.config, batch_size, dtype=w.dtype, device=w.device)
+
+    def _check_idx(self, idx, cache):
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
+            got = (f"{tuple(idx.shape)} {idx.dtype}" if isinstance(idx, torch.Tensor)
+                   else type(idx).__name__)
+            raise ValueError(f"idx must be an int64 tensor of shape [B, T]; got {got}")
+        B, T = idx.shape
+        if T < 1:
+            raise ValueError("idx must hold at least one token (T >= 1)")
+        V = self.config.vocab_size
+        if idx.min() < 0 or idx.max() >= V:
+            raise ValueError(f"idx holds ids outside [0, {V}); encode text with the tokenizer")
+        start = 0 if cache is None else cache.length
+        if start + T > self.config.block_size:
+            raise ValueError(
+                f"{start} cached + {T} new tokens exceed the context of "
+                f"{self.config.block_size} positions (block_size); positions past it were never "
+                "trained. Shorten the prompt or generate fewer tokens."
+            )
+        if cache is not None and cache.batch_size != B:
+            raise ValueError(f"cache has batch size {cache.batch_size} but idx has {B} rows")
+
+    def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None, *,
+                      attn_mask: torch.Tensor | None = None,
+                      position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Last hidden state after the final LayerNorm, ``[B, T, n_embd]`` (before ``lm_head``).
+
+        Arguments as in ``forward``. Medusa heads read this.
+        """
+        self._check_idx(idx, cache)
+        B, T = idx.shape
+        start = 0 if cache is None else cache.length
+        if cache is None and (attn_mask is not None or position_ids is not None):
+            raise ValueError(
+                "attn_mask and position_ids need a cache (pass cache=model.new_cache())"
+            )
+        if position_ids is None:
+            pos = self._arange[start:start + T]
+        else:
+            pos = position_ids
+            if pos.shape[-1] != T or pos.dtype != torch.long:
+                raise ValueError(f"position_ids must be int64 with last dim T={T}; "
+                                 f"got {tuple(pos.shape)} {pos.dtype}")
+            if pos.min() < 0 or pos.max() >= self.config.block_size:
+                raise ValueError(f"position_ids must lie in [0, {self.config.block_size})")
+        mask = None
+        if cache is not None:
+            if attn_mask is not None:
+                if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) != (T, start + T):
+                    raise ValueError(
+                        f"attn_mask must be bool of shape [T_new, cache.length + T_new] = "
+                        f"[{T}, {start + T}]; got {tuple(attn_mask.shape)} {attn_mask.dtype}"
+                    )
+                mask = attn_mask
+            elif T > 1:
+                # New token i sits at position start + i and sees keys 0 .. start + i.
+                mask = self._arange[:start + T] <= self._arange[start:start + T, None]
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, cache, layer, start, mask)
+        if cache is not None:
+            cache.length = start + T
+        return self.transformer.ln_f(x)
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None, *,
+                attn_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None,
+                return_hidden: bool = False):
+        """Logits ``[B, T, vocab_size]`` for every position of ``idx``.
+
+        Without ``cache``: ``idx`` ``[B, T]`` is the whole sequence (causal attention).
+        With ``cache``: ``idx`` ``[B, T_new]`` holds only the new tokens; they take positions
+        ``cache.length .. cache.length + T_new - 1``, attend to the cached ones and to each
+        other causally, and the cache grows by ``T_new``. ``attn_mask`` (bool
+        ``[T_new, cache.length + T_new]``, True = may attend) and ``position_ids``
+        (int64 ``[T_new]``) replace the causal mask and positions, e.g. for tree attention.
+        ``return_hidden=True`` returns ``(logits, hidden)`` with ``hidden`` as in
+        ``hidden_states``.
+
+        Raises ValueError for a non-int64 or non-2-D ``idx``, ids outside the vocabulary,
+        ``cache.length + T_new > block_size``, or a mask/position of the wrong shape.
+        """
+        h = self.hidden_states(idx, cache, attn_mask=attn_mask, position_ids=position_ids)
+        logits = self.lm_head(h)
+        return (logits, h) if return_hidden else logits
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy (nats/char) of ``targets`` under a full forward of ``idx``."""
+        if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape:
+            raise ValueError("targets must be a tensor of the same shape as idx")
+        logits = self(idx)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Continue ``idx`` ``[B, T]`` by ``max_new_tokens`` sampled ids, using the cache.
+
+        ``temperature=0`` takes the argmax. Returns ``[B, T + max_new_tokens]``. Raises
+        ValueError when the result would not fit in ``block_size`` (no sliding window).
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+                or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0; got {max_new_tokens!r}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0; got {temperature!r}")
+        self._check_idx(idx, None)
+        total = idx.shape[1] + max_new_tokens
+        if total > self.config.block_size:
+            raise ValueError(
+                f"prompt ({idx.shape[1]}) + max_new_tokens ({max_new_tokens}) = {total} exceeds "
+                f"block_size {self.config.block_size}; generate fewer tokens"
+            )
+        if max_new_tokens == 0:
+            return idx.clone()
+        cache = self.new_cache(idx.shape[0])
+        logits = self(idx, cache)[:, -1]
+        out = [idx]
+        for i in range(max_new_tokens):
+            if temperature == 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                probs = F.softmax(logits / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            out.append(nxt)
+            if i + 1 < max_new_tokens:
+                logits = self(nxt, cache)[:, -1]
+        return torch.cat(out, dim=1)
+
+
+def rebuild_command(name: str) -> str:
+    """The command that rebuilds the shipped checkpoint ``name`` ("target" or "draft")."""
+    if name == "draft":
+        return ("specdec-course train --preset draft && specdec-course train --preset draft "
+                "--init-from data/checkpoints/draft.pt --distill-from data/checkpoints/target.pt")
+    return f"specdec-course train --preset {name}"
+
+
+def save_checkpoint(path: str | Path, model: CharGPT, vocab: str, meta: dict | None = None) -> Path:
+    """Write ``{"config", "state_dict", "vocab", "meta"}`` to ``path`` (parents created).
+
+    ``vocab`` is the tokenizer's symbols in id order; ``meta`` holds plain numbers and strings
+    (steps, seed, validation loss) so that ``torch.load(weights_only=True)`` can read it.
+    """
+    if not isinstance(model, CharGPT):
+        raise ValueError(f"model must be a CharGPT; got {type(model).__name__}")
+    if not isinstance(vocab, str) or len(vocab) != model.config.vocab_size:
+        raise ValueError(f"vocab must be a str of {model.config.vocab_size} symbols")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()
+             if k != "transformer.wte.weight"}  # tied to lm_head.weight: stored once
+    torch.save({"config": asdict(model.config), "state_dict": state, "vocab": vocab,
+                "meta": dict(meta or {})}, path)
+    return path
+
+
+def load_checkpoint(path: str | Path, *, rebuild: str | None = None) -> tuple[CharGPT, dict]:
+    """Load a checkpoint written by ``save_checkpoint``: ``(model in eval mode, checkpoint)``.
+
+    The returned dict has ``config``, ``vocab`` and ``meta``. Raises FileNotFoundError for a
+    missing file and ValueError for a file that is not a readable checkpoint; both say how to
+    rebuild it (``rebuild`` is the command to print).
+    """
+    path = Path(path)
+    how = rebuild or "specdec-course train --preset target|draft --out PATH"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found; rebuild it with: {how}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        known = {f.name for f in fields(GPTConfig)}
+        config = GPTConfig(**{k: v for k, v in ckpt["config"].items() if k in known})
+        model = CharGPT(config)
+        state = dict(ckpt["state_dict"])
+        state.setdefault("transformer.wte.weight", state["lm_head.weight"])
+        model.load_state_dict(state)
+        vocab = ckpt["vocab"]
+    except Exception as e:  # any corruption: truncated zip, wrong keys, wrong shapes
+        raise ValueError(
+            f"checkpoint {path} could not be read ({type(e).__name__}: {str(e)[:200]}); "
+            f"delete it and rebuild it with: {how}"
+        ) from None
+    model.eval()
+    return model, {"config": config, "vocab": vocab, "meta": dict(ckpt.get("meta", {}))}
+
+
+def load_pretrained(name: str) -> CharGPT:
+    """The shipped ``"target"`` or ``"draft"`` model from ``data/checkpoints/``, in eval mode.
+
+    The tokenizer is ``specdec_course.data.CharTokenizer(model.vocab)``; training metadata is
+    ``model.meta``. Raises ValueError for another name, FileNotFoundError (with the command
+    that rebuilds it) for a missing file, ValueError for a corrupt one.
+    """
+    if name not in PRESETS:
+        raise ValueError(
+            f"name must be 'target' or 'draft'; got {name!r} (Medusa heads load from "
+            "specdec_course.medusa)"
+        )
+    model, ckpt = load_checkpoint(checkpoints_dir() / f"{name}.pt", rebuild=rebuild_command(name))
+    model.vocab = ckpt["vocab"]
+    model.meta = ckpt["meta"]
+    return model
+
+
+def preset(name: str, vocab_size: int | None = None) -> GPTConfig:
+    """The preset config ``name`` ("target" or "draft"), optionally with another vocab size."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}; got {name!r}")
+    cfg = PRESETS[name]
+    return cfg if vocab_size is None else replace(cfg, vocab_size=vocab_size)
