@@ -1,0 +1,281 @@
+"""Training the character LM pair on the CPU, and measuring how far apart the pair is.
+
+AdamW (Loshchilov & Hutter 2019) with linear warm-up and cosine decay, full 256-character
+windows, a tqdm progress bar and periodic validation loss on fixed windows. The draft can be
+distilled from the target: it then learns the target's soft labels (the full next-character
+distribution), which is what raises the acceptance rate (DistillSpec, Zhou et al. 2023).
+
+``specdec-course train --preset target|draft`` writes ``data/checkpoints/{preset}.pt``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from . import data as D
+from .model import CharGPT, GPTConfig, load_checkpoint, preset, rebuild_command, save_checkpoint
+from .paths import checkpoints_dir
+
+__all__ = [
+    "TrainConfig", "TRAIN_PRESETS", "TrainResult", "lr_at", "estimate_loss", "train",
+    "next_token_probs", "PairStats", "pair_stats", "cli_train",
+]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings. ``distill_weight`` is the share of the soft-label loss (0..1)."""
+
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_interval: int = 250
+    eval_windows: int = 32
+    seed: int = 0
+    distill_weight: float = 1.0
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_interval", "eval_windows"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive int; got {v!r}")
+        if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
+            raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr; got {self.lr}, {self.min_lr}")
+        if self.warmup < 0:
+            raise ValueError(f"TrainConfig.warmup must be >= 0; got {self.warmup}")
+        if not 0.0 <= self.distill_weight <= 1.0:
+            raise ValueError(f"distill_weight must be in [0, 1]; got {self.distill_weight}")
+
+
+TRAIN_PRESETS = {
+    "target": TrainConfig(steps=2000),
+    "draft": TrainConfig(steps=1500),
+}
+
+
+def lr_at(step: int, tc: TrainConfig) -> float:
+    """Learning rate at ``step``: linear warm-up to ``lr``, then cosine decay to ``min_lr``."""
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    frac = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
+    return tc.min_lr + 0.5 * (tc.lr - tc.min_lr) * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+@torch.no_grad()
+def estimate_loss(model: CharGPT, ids: torch.Tensor, n_windows: int | None = None,
+                  batch_size: int = 32) -> float:
+    """Mean cross-entropy (nats/char) over fixed, evenly spaced full windows of ``ids``.
+
+    ``n_windows=None`` uses every non-overlapping window. Deterministic for a given model.
+    """
+    if not isinstance(model, CharGPT):
+        raise ValueError(f"model must be a CharGPT; got {type(model).__name__}")
+    x, y = D.eval_windows(ids, model.config.block_size, n_windows)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for i in range(0, len(x), batch_size):
+        logits = model(x[i:i + batch_size])
+        total += F.cross_entropy(logits.flatten(0, 1), y[i:i + batch_size].flatten(),
+                                 reduction="sum").item()
+    model.train(was_training)
+    return total / y.numel()
+
+
+@dataclass
+class TrainResult:
+    model: CharGPT
+    history: dict          # lists: step, train_loss, val_step, val_loss, lr
+    seconds: float
+
+
+def _distill_loss(student_logits, teacher_logits):
+    # Cross-entropy to the teacher's distribution; equals KL(teacher || student) plus the
+    # teacher's entropy, a constant, so its gradient is the KL's.
+    p = F.softmax(teacher_logits, dim=-1)
+    return -(p * F.log_softmax(student_logits, dim=-1)).sum(-1).mean()
+
+
+def train(config: GPTConfig, tc: TrainConfig, train_ids: torch.Tensor, val_ids: torch.Tensor, *,
+          teacher: CharGPT | None = None, init: CharGPT | None = None,
+          progress: bool = True, desc: str = "train") -> TrainResult:
+    """Train a ``CharGPT(config)`` (or continue ``init``) for ``tc.steps`` steps.
+
+    Batches are random full windows of ``train_ids``; every ``tc.eval_interval`` steps (and at
+    the end) the loss on ``tc.eval_windows`` fixed windows of ``val_ids`` is recorded. With
+    ``teacher`` the loss is ``(1 - w) * CE(hard labels) + w * CE(teacher's soft labels)``,
+    ``w = tc.distill_weight``. Same seed, same thread count -> same model.
+
+    Returns a ``TrainResult`` (model in eval mode, history, wall seconds). Raises ValueError
+    for mismatched vocabularies or an ``init`` of another shape.
+    """
+    if not isinstance(config, GPTConfig) or not isinstance(tc, TrainConfig):
+        raise ValueError("config must be a GPTConfig and tc a TrainConfig")
+    if teacher is not None and teacher.config.vocab_size != config.vocab_size:
+        raise ValueError("teacher and student must share the vocabulary (vocab_size differs)")
+    torch.manual_seed(tc.seed)
+    gen = torch.Generator().manual_seed(tc.seed)
+    model = CharGPT(config)
+    if init is not None:
+        if init.config != config:
+            raise ValueError(f"init has config {init.config}, not {config}")
+        model.load_state_dict(init.state_dict())
+    if teacher is not None:
+        teacher.eval()
+    # nanoGPT: decay matrices, not biases, norms or embeddings... except the tied embedding,
+    # which is also the output matrix; decaying 2-D tensors only covers it.
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr,
+                            betas=(0.9, 0.99))
+    hist = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "lr": []}
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    bar = tqdm(range(tc.steps), desc=desc, disable=not progress, mininterval=2.0, ncols=90)
+    model.train()
+    for step in bar:
+        lr = lr_at(step, tc)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = D.get_batch(train_ids, tc.batch_size, config.block_size, generator=gen)
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        if teacher is not None:
+            with torch.no_grad():
+                t_logits = teacher(x)
+            w = tc.distill_weight
+            loss = (1 - w) * loss + w * _distill_loss(logits.flatten(0, 1), t_logits.flatten(0, 1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        opt.step()
+        hist["step"].append(step)
+        hist["train_loss"].append(loss.item())
+        hist["lr"].append(lr)
+        if (step + 1) % tc.eval_interval == 0 or step + 1 == tc.steps:
+            vl = estimate_loss(model, val_ids, tc.eval_windows)
+            hist["val_step"].append(step + 1)
+            hist["val_loss"].append(vl)
+            bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{vl:.3f}")
+    bar.close()
+    model.eval()
+    return TrainResult(model, hist, time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def next_token_probs(model: CharGPT, x: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Next-character distributions ``[B, T, V]`` (float64) for every position of ``x``.
+
+    ``temperature=0`` gives one-hot argmax distributions (greedy decoding).
+    """
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0; got {temperature!r}")
+    logits = model(x).double()
+    if temperature == 0:
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).double()
+    return F.softmax(logits / temperature, dim=-1)
+
+
+@dataclass(frozen=True)
+class PairStats:
+    """How far apart two models are over ``n_positions`` validation positions."""
+
+    alpha: float             # mean over positions of sum(min(p, q)) = 1 - mean TV
+    tv_mean: float
+    tv_worst: float
+    worst_index: tuple       # (window, position) of the largest TV
+    n_positions: int
+    temperature: float
+
+
+def pair_stats(target: CharGPT, draft: CharGPT, ids: torch.Tensor, *, n_windows: int = 4,
+               temperature: float = 1.0) -> PairStats:
+    """TV distance and acceptance rate between ``target`` and ``draft`` on ``ids``.
+
+    Both models read the same ``n_windows`` fixed windows (``data.eval_windows``); every
+    position of every window is one comparison, so there are ``n_windows * block_size``.
+    Raises ValueError if the models' vocabularies or block sizes differ.
+    """
+    if target.config.vocab_size != draft.config.vocab_size:
+        raise ValueError("target and draft must share the vocabulary (vocab_size differs)")
+    if target.config.block_size != draft.config.block_size:
+        raise ValueError("target and draft must have the same block_size")
+    x, _ = D.eval_windows(ids, target.config.block_size, n_windows)
+    p = next_token_probs(target, x, temperature)
+    q = next_token_probs(draft, x, temperature)
+    tv = 0.5 * (p - q).abs().sum(-1)  # (n_windows, T)
+    w = int(tv.argmax())
+    T = tv.shape[1]
+    return PairStats(alpha=float(p.minimum(q).sum(-1).mean()), tv_mean=float(tv.mean()),
+                     tv_worst=float(tv.max()), worst_index=(w // T, w % T),
+                     n_positions=tv.numel(), temperature=float(temperature))
+
+
+def cli_train(args) -> int:
+    if args.preset == "medusa":
+        import importlib
+
+        return importlib.import_module("specdec_course.medusa").cli_train(args)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1; got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps must be >= 1; got {args.steps}")
+    tok = D.CharTokenizer()
+    train_ids, val_ids = D.train_val_split(tok.encode(D.load_corpus()))
+    config = preset(args.preset, tok.vocab_size)
+    tc = TRAIN_PRESETS[args.preset]
+    tc = replace(tc, seed=args.seed, steps=args.steps or tc.steps)
+    tc = replace(tc, eval_interval=min(tc.eval_interval, tc.steps))
+    out = Path(args.out) if args.out else checkpoints_dir() / f"{args.preset}.pt"
+
+    init = teacher = None
+    meta: dict = {}
+    if args.init_from:
+        init, ck = load_checkpoint(args.init_from, rebuild=rebuild_command(args.preset))
+        if ck["vocab"] != tok.vocab:
+            raise ValueError(f"--init-from {args.init_from} has another vocabulary")
+        meta["init_from"] = str(args.init_from)
+        # Carry the earlier training's record, so the shipped file tells its whole story.
+        meta["init_meta"] = {k: v for k, v in ck["meta"].items() if k != "history"}
+    if args.distill_from:
+        teacher, ck = load_checkpoint(args.distill_from, rebuild=rebuild_command("target"))
+        if ck["vocab"] != tok.vocab:
+            raise ValueError(f"--distill-from {args.distill_from} has another vocabulary")
+        meta["distilled_from"] = str(args.distill_from)
+        if init is not None:
+            before = pair_stats(teacher, init, val_ids, n_windows=4)
+            meta["alpha_before_distill"] = before.alpha
+            meta["tv_mean_before_distill"] = before.tv_mean
+
+    res = train(config, tc, train_ids, val_ids, teacher=teacher, init=init,
+                desc=f"{args.preset}{' (distill)' if teacher is not None else ''}")
+    val = estimate_loss(res.model, val_ids)
+    meta.update(preset=args.preset, params=res.model.num_parameters(), train=asdict(tc),
+                threads=torch.get_num_threads(), train_seconds=round(res.seconds, 1),
+                val_loss=val, history={"val_step": res.history["val_step"],
+                                       "val_loss": res.history["val_loss"]})
+    if teacher is not None:
+        after = pair_stats(teacher, res.model, val_ids, n_windows=4)
+        meta["alpha_vs_teacher"] = after.alpha
+        meta["tv_mean_vs_teacher"] = after.tv_mean
+    save_checkpoint(out, res.model, tok.vocab, meta)
+    print(f"{args.preset}: {res.model.num_parameters():,} parameters, {tc.steps} steps in "
+          f"{res.seconds:.1f} s, validation loss {val:.4f} nats/char -> {out}")
+    if "alpha_vs_teacher" in meta:
+        print(f"alpha vs teacher: {meta.get('alpha_before_distill', float('nan')):.4f} before, "
+              f"{meta['alpha_vs_teacher']:.4f} after distillation")
+    return 0

@@ -1,0 +1,128 @@
+"""Training: schedule, reproducibility, the CLI, distillation, and the shipped pair."""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from specdec_course import data as D
+from specdec_course.cli import main
+from specdec_course.model import CharGPT, GPTConfig, load_checkpoint
+from specdec_course.train import (
+    TrainConfig,
+    estimate_loss,
+    lr_at,
+    pair_stats,
+    train,
+)
+
+TINY = GPTConfig(vocab_size=65, block_size=32, n_layer=1, n_head=2, n_embd=16)
+QUICK = TrainConfig(steps=6, batch_size=4, warmup=2, eval_interval=3, eval_windows=4)
+
+
+@pytest.fixture(scope="module")
+def split():
+    return D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
+
+
+def test_lr_warms_up_linearly_then_decays_to_min_lr():
+    tc = TrainConfig(steps=100, lr=1e-2, min_lr=1e-3, warmup=10)
+    lrs = [lr_at(s, tc) for s in range(tc.steps)]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
+    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert lr_at(100, tc) == pytest.approx(1e-3)
+
+
+def test_train_config_rejects_nonsense():
+    with pytest.raises(ValueError, match="steps"):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="min_lr"):
+        TrainConfig(lr=1e-3, min_lr=1e-2)
+    with pytest.raises(ValueError, match="distill_weight"):
+        TrainConfig(distill_weight=1.5)
+
+
+def test_training_with_the_same_seed_gives_the_same_model(split):
+    a = train(TINY, QUICK, *split, progress=False).model
+    b = train(TINY, QUICK, *split, progress=False).model
+    c = train(TINY, replace(QUICK, seed=1), *split, progress=False).model
+    assert all(torch.equal(u, v) for u, v in zip(a.state_dict().values(),
+                                                  b.state_dict().values()))
+    assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+
+
+def test_training_records_validation_loss_at_each_interval(split):
+    res = train(TINY, QUICK, *split, progress=False)
+    assert res.history["val_step"] == [3, 6]
+    assert len(res.history["train_loss"]) == QUICK.steps
+    assert all(math.isfinite(v) for v in res.history["val_loss"])
+
+
+def test_untrained_model_loss_is_near_uniform(split):
+    torch.manual_seed(0)
+    loss = estimate_loss(CharGPT(TINY), split[1], 8)
+    assert abs(loss - math.log(65)) < 0.1
+
+
+def test_pair_stats_of_a_model_with_itself_is_full_agreement(split):
+    torch.manual_seed(0)
+    m = CharGPT(TINY).eval()
+    s = pair_stats(m, m, split[1], n_windows=2)
+    assert s.n_positions == 2 * TINY.block_size
+    assert s.alpha == pytest.approx(1.0) and s.tv_worst == pytest.approx(0.0, abs=1e-12)
+    s0 = pair_stats(m, m, split[1], n_windows=2, temperature=0)
+    assert s0.alpha == 1.0
+
+
+def test_pair_stats_alpha_is_one_minus_mean_tv(split):
+    torch.manual_seed(0)
+    a, b = CharGPT(TINY).eval(), CharGPT(TINY).eval()
+    s = pair_stats(a, b, split[1], n_windows=2)
+    assert s.alpha == pytest.approx(1 - s.tv_mean)
+    assert s.tv_mean <= s.tv_worst <= 1
+
+
+def test_pair_stats_rejects_models_with_different_vocabularies(split):
+    a = CharGPT(TINY)
+    b = CharGPT(replace(TINY, vocab_size=66))
+    with pytest.raises(ValueError, match="vocab"):
+        pair_stats(a, b, split[1])
+
+
+def test_short_cli_training_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, split):
+    out = tmp_path / "draft.pt"
+    assert main(["train", "--preset", "draft", "--steps", "40", "--out", str(out),
+                 "--threads", "1"]) == 0
+    model, ck = load_checkpoint(out)
+    assert ck["vocab"] == D.VOCAB and ck["meta"]["train"]["steps"] == 40
+    torch.manual_seed(0)
+    before = estimate_loss(CharGPT(model.config), split[1], 8)
+    after = estimate_loss(model, split[1], 8)
+    assert after < before - 0.3, (before, after)
+    assert ck["meta"]["val_loss"] < before
+
+
+def test_cli_distillation_records_alpha_before_and_after(tmp_path):
+    student, teacher = tmp_path / "s.pt", tmp_path / "t.pt"
+    assert main(["train", "--preset", "draft", "--steps", "5", "--out", str(student)]) == 0
+    assert main(["train", "--preset", "draft", "--steps", "10", "--seed", "1",
+                 "--out", str(teacher)]) == 0
+    assert main(["train", "--preset", "draft", "--steps", "5", "--out", str(student),
+                 "--init-from", str(student), "--distill-from", str(teacher)]) == 0
+    meta = load_checkpoint(student)[1]["meta"]
+    assert 0 < meta["alpha_before_distill"] <= 1 and 0 < meta["alpha_vs_teacher"] <= 1
+    assert meta["distilled_from"] == str(teacher)
+    assert meta["init_meta"]["train"]["steps"] == 5
+
+
+def test_cli_reports_a_missing_init_checkpoint(tmp_path, capsys):
+    assert main(["train", "--preset", "draft", "--steps", "1", "--out", str(tmp_path / "x.pt"),
+                 "--init-from", str(tmp_path / "none.pt")]) == 2
+    assert "specdec-course train --preset draft" in capsys.readouterr().err
+
+
+def test_cli_rejects_zero_steps(tmp_path):
+    assert main(["train", "--preset", "draft", "--steps", "0",
+                 "--out", str(tmp_path / "x.pt")]) == 2
