@@ -193,6 +193,9 @@ def _cell_error(cell) -> str | None:
     return None
 
 
+_TIMEOUT_ENAME = "CellTimeout"
+
+
 async def _execute(nb, tmp: Path, job: dict, conn) -> dict[str, Any]:
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
@@ -202,15 +205,29 @@ async def _execute(nb, tmp: Path, job: dict, conn) -> dict[str, Any]:
     client = NotebookClient(
         nb,
         timeout=max(1, math.ceil(cell_timeout)),
+        # On a timeout, interrupt the kernel once and go on with an error reply instead of
+        # waiting: a cell that swallows KeyboardInterrupt then only delays the cells after it,
+        # until the notebook's deadline.
         interrupt_on_timeout=True,
+        error_on_timeout={"ename": _TIMEOUT_ENAME, "evalue": "interrupted", "traceback": []},
         allow_errors=True,
         kernel_name="python3",
         shutdown_kernel="immediate",
         shell_timeout_interval=1,
+        iopub_timeout=2,
         resources={"metadata": {"path": str(tmp)}},
     )
     notes: list[str] = []
     out: dict[str, Any] = {"notes": notes, "lines": [], "state": "ok"}
+    # A timed-out cell gets an error *reply* but no error output; the hook sees both.
+    failed: dict[int, str] = {}
+
+    def on_error(cell, cell_index, execute_reply):
+        c = execute_reply.get("content", {}) if execute_reply else {}
+        value = str(c.get("evalue", "")).strip().split("\n")[0][:160]
+        failed[cell_index] = f"{c.get('ename', 'Error')}: {value}" if value else c.get("ename", "")
+
+    client.on_cell_error = on_error
     # The kernel's own chatter (ipykernel warnings) would drown the grader's progress lines.
     async with client.async_setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
         pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
@@ -226,23 +243,13 @@ async def _execute(nb, tmp: Path, job: dict, conn) -> dict[str, Any]:
             if remaining <= 0:
                 out["state"] = "timeout"
                 notes.append(
-                    f"the notebook ran past {job['notebook_timeout']:g} s before code "
-                    f"cell {code_no}; it was stopped"
+                    f"the notebook ran past its {job['notebook_timeout']:g} s limit (a cell that "
+                    f"ignores interrupts?) and was stopped before code cell {code_no}"
                 )
                 break
             client.timeout = max(1, math.ceil(min(cell_timeout, remaining)))
-            t0 = time.monotonic()
             try:
-                # The outer limit catches a kernel that ignores the interrupt (nbclient would
-                # keep interrupting it forever).
-                await asyncio.wait_for(client.async_execute_cell(cell, index), remaining + 5)
-            except TimeoutError:
-                out["state"] = "timeout"
-                notes.append(
-                    f"code cell {code_no} did not stop when interrupted; the notebook "
-                    f"was stopped at {job['notebook_timeout']:g} s"
-                )
-                break
+                await client.async_execute_cell(cell, index)
             except DeadKernelError:
                 out["state"] = "crashed"
                 notes.append(
@@ -250,14 +257,26 @@ async def _execute(nb, tmp: Path, job: dict, conn) -> dict[str, Any]:
                     "or a crash); nothing after it ran"
                 )
                 break
-            if time.monotonic() - t0 >= client.timeout:
+            err = failed.pop(index, None)
+            if err is not None and err.startswith(_TIMEOUT_ENAME):
                 notes.append(f"code cell {code_no} ran past {client.timeout} s and was interrupted")
-            elif (err := _cell_error(cell)) is not None:
+                # Did the interrupt work? A cell that swallows KeyboardInterrupt keeps the
+                # kernel busy, and nothing after it can run.
+                probe = new_code_cell("pass")
+                client.timeout = 5
+                await client.async_execute_cell(probe, index)
+                if failed.pop(index, "").startswith(_TIMEOUT_ENAME):
+                    out["state"] = "timeout"
+                    notes.append(
+                        f"code cell {code_no} ignored the interrupt (it catches "
+                        "KeyboardInterrupt?); the notebook was stopped there"
+                    )
+                    break
+            elif err is not None:
                 notes.append(f"code cell {code_no} raised {err}")
         if out["state"] != "ok":
             return out
 
-        n_checks = len(job["checks"])
         note = "; ".join(notes[:3])
         source = (
             "import specdec_course.grading._inkernel as _specdec_grader\n"
@@ -266,14 +285,11 @@ async def _execute(nb, tmp: Path, job: dict, conn) -> dict[str, Any]:
         )
         grading_cell = new_code_cell(source)
         nb.cells.append(grading_cell)
-        budget = n_checks * cell_timeout + 30
-        client.timeout = math.ceil(budget)
+        # Each check stops itself after cell_timeout (SIGALRM in the kernel); this is the
+        # limit for a kernel that is stuck where signals do not reach.
+        client.timeout = math.ceil(len(job["checks"]) * cell_timeout + 30)
         try:
-            await asyncio.wait_for(
-                client.async_execute_cell(grading_cell, len(nb.cells) - 1), budget + 10
-            )
-        except TimeoutError:
-            out["state"] = "grading timeout"
+            await client.async_execute_cell(grading_cell, len(nb.cells) - 1)
         except DeadKernelError:
             out["state"] = "grading crashed"
         text = "".join(
@@ -286,7 +302,10 @@ async def _execute(nb, tmp: Path, job: dict, conn) -> dict[str, Any]:
             for ln in text.splitlines()
             if ln.startswith(job["nonce"] + " ")
         ]
-        if (err := _cell_error(grading_cell)) is not None:
+        err = failed.get(len(nb.cells) - 1)
+        if err is not None and err.startswith(_TIMEOUT_ENAME):
+            out["state"] = "grading timeout"
+        elif err is not None:
             notes.append(f"the grading cell raised {err}")
     return out
 
@@ -336,7 +355,8 @@ def _grade_in_worker(job: dict, conn) -> dict[str, Any]:
             "crashed": ("crashed", "; ".join(out["notes"][-1:])),
             "grading timeout": (
                 "timeout",
-                "the checks ran out of time (an endless loop in this function?)",
+                "the checks did not finish in time: this function loops forever, or the kernel "
+                "was still busy with a cell that ignored its interrupt",
             ),
             "grading crashed": (
                 "crashed",
