@@ -1,0 +1,231 @@
+"""Checks of exercise 03: one step of cached attention, rollback, and α between two models.
+
+Students implement, in ``exercises/ex03_char_lm.ipynb``:
+
+- ``cached_attention(q, k, v, K, V, length)``: ``q, k, v`` ``[B, nh, T_new, hs]`` for the new
+  tokens, ``K, V`` ``[B, nh, block_size, hs]`` preallocated buffers whose first ``length``
+  positions are filled. Write ``k, v`` at ``length .. length + T_new - 1`` (in place), let new
+  token ``i`` attend to positions ``0 .. length + i``, and return ``(y, length + T_new)`` with
+  ``y`` ``[B, nh, T_new, hs]``;
+- ``crop(K, V, length, n)``: roll back to the first ``n`` positions: return ``n`` without
+  copying or changing the buffers; a ``ValueError`` unless ``0 <= n <= length``;
+- ``measure_alpha(target, draft, x, temperature)``: the mean over every position of the
+  windows ``x`` ``[N, T]`` of ``sum(min(p, q))``, ``p`` and ``q`` the two models' next-token
+  distributions at ``temperature`` (0: one-hot argmax, so α is the argmax agreement).
+
+The reference is the package: :class:`specdec_course.model.KVCache` driven by the model's own
+attention layer, and :func:`specdec_course.train.next_token_probs`. Everything is exact
+arithmetic on random inputs (no sampling), compared to 1e-5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from specdec_course.model import CausalSelfAttention as _Attention
+from specdec_course.model import CharGPT, GPTConfig, KVCache, load_pretrained
+from specdec_course.train import next_token_probs
+
+from ._support import as_number, as_vector, fmt
+from .core import Case, call, register
+
+ATOL = 1e-5
+CFG = GPTConfig(vocab_size=13, block_size=24, n_layer=1, n_head=2, n_embd=12)
+SCHEDULES = {
+    "one token at a time": [1] * 8,
+    "a prompt, then single tokens": [6, 1, 1, 1],
+    "mixed chunks": [3, 1, 4, 2, 1],
+    "the whole context in two calls": [20, 4],
+}
+
+
+class _Reference:
+    """The package's attention layer and KVCache, with q/k/v exposed for the student."""
+
+    def __init__(self, seed: int, batch: int = 2):
+        torch.manual_seed(seed)
+        self.attn = _Attention(CFG).eval()
+        self.cache = KVCache(CFG, batch)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.B = batch
+        self.K = torch.zeros(batch, CFG.n_head, CFG.block_size, CFG.head_dim)
+        self.V = torch.zeros_like(self.K)
+
+    def qkv(self, x):
+        B, T, C = x.shape
+        q, k, v = self.attn.c_attn(x).split(C, dim=2)
+        return [t.view(B, T, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous()
+                for t in (q, k, v)]
+
+    def step(self, T_new: int):
+        """New inputs ``(q, k, v)`` and the package layer's output for them (with its cache)."""
+        x = torch.randn(self.B, T_new, CFG.n_embd, generator=self.gen)
+        start = self.cache.length
+        mask = None  # as CharGPT: one new token sees every cached position
+        if T_new > 1:
+            mask = torch.arange(start + T_new) <= (start + torch.arange(T_new))[:, None]
+        with torch.no_grad():
+            q, k, v = self.qkv(x)
+            expected = self.attn(x, self.cache, 0, start, mask)  # writes the package's cache
+        self.cache.length = start + T_new
+        return q, k, v, expected
+
+    def project(self, y):
+        """The student's per-head output through the layer's output projection."""
+        B, _, T, _ = y.shape
+        with torch.no_grad():
+            return self.attn.c_proj(y.float().transpose(1, 2).reshape(B, T, CFG.n_embd))
+
+
+def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
+    q, k, v, expected = ref.step(T_new)
+    out = call(label, fn, q, k, v, ref.K, ref.V, length)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        return None, Case(label, False, "(y, new_length)", fmt(out),
+                          "return a pair: the attention output and length + T_new")
+    y, new_len = out
+    y = as_vector(y)
+    if as_number(new_len) != length + T_new:
+        return None, Case(label, False, f"new length {length + T_new}", fmt(new_len),
+                          "the cache grows by the number of new tokens: length + T_new")
+    shape = (ref.B, CFG.n_head, T_new, CFG.head_dim)
+    if y is None or tuple(y.shape) != shape:
+        return None, Case(label, False, f"y of shape {shape}",
+                          fmt(None if y is None else tuple(y.shape)),
+                          "y holds one output per new token: [B, n_head, T_new, head_dim]")
+    end = length + T_new
+    if not torch.allclose(ref.K[:, :, :end].double(), ref.cache.k[0, :, :, :end].double(),
+                          atol=ATOL) or \
+            not torch.allclose(ref.V[:, :, :end].double(), ref.cache.v[0, :, :, :end].double(),
+                               atol=ATOL):
+        return None, Case(label, False, "K, V hold the keys/values of every position so far",
+                          "buffers differ from the package's KVCache",
+                          "write k and v into K[:, :, length:length + T_new] in place (no new "
+                          "tensor: the caller keeps the buffers)")
+    got = ref.project(y)
+    diff = (got - expected).abs().max().item()
+    if diff > ATOL:
+        msg = ("a single new token sees every cached position: use no mask, or a causal mask "
+               "offset by length (is_causal=True aligns it to position 0); scale the scores "
+               "by 1/sqrt(head_dim)")
+        if T_new > 1:
+            msg = ("with several new tokens, token i may see positions 0 .. length + i only: "
+                   "the causal mask is offset by length")
+        return None, Case(label, False, fmt(expected[0, -1]), fmt(got[0, -1]),
+                          f"largest difference {diff:.2e}; {msg}")
+    return end, None
+
+
+@register("ex03.cached_attention", points=4, needs="cached_attention",
+          title="one step of cached attention",
+          hint="K[:, :, length:end] = k; scores = q @ K[:, :, :end].transpose(-2, -1) / "
+               "sqrt(hs); mask key j > length + i; softmax; @ V[:, :, :end]")
+def check_cached_attention(fn) -> Iterator[Case]:
+    for seed, (name, sizes) in enumerate(SCHEDULES.items()):
+        ref = _Reference(seed)
+        length, failed = 0, None
+        for i, n in enumerate(sizes):
+            label = f"{name}: call {i + 1} (length {length}, {n} new)"
+            length, failed = _compare_step(label, fn, ref, length, n)
+            if failed is not None:
+                break
+        yield failed or Case(f"{name} ({'+'.join(map(str, sizes))} tokens)", True)
+
+
+@register("ex03.crop", points=2, needs=("cached_attention", "crop"),
+          title="rolling the cache back with crop",
+          hint="crop only returns the new length (after checking 0 <= n <= length): the next "
+               "step overwrites what lies beyond it")
+def check_crop(attend, crop) -> Iterator[Case]:
+    for n in (0, 3, 7, 8):
+        ref = _Reference(10 + n)
+        length = 0
+        for T_new in (5, 3):
+            length, failed = _compare_step(f"before crop({n})", attend, ref, length, T_new)
+            if failed is not None:
+                yield failed
+                return
+        K_before, ptr = ref.K.clone(), ref.K.data_ptr()
+        got = call(f"crop(K, V, {length}, {n})", crop, ref.K, ref.V, length, n)
+        if as_number(got) != n:
+            yield Case(f"crop(K, V, 8, {n}) returns {n}", False, str(n), fmt(got),
+                       "return the new length n")
+            continue
+        if ref.K.data_ptr() != ptr or not torch.equal(ref.K, K_before):
+            yield Case(f"crop({n}) leaves the buffers alone", False, "K unchanged", "K changed",
+                       "rollback moves the length only: no copy, no zeroing")
+            continue
+        ref.cache.crop(n)  # the package's rollback
+        _, failed = _compare_step(f"step after crop({n})", attend, ref, n, 2)
+        yield failed or Case(f"crop(K, V, 8, {n}), then a step equals the package", True)
+    ref = _Reference(99)
+    for bad in (-1, 9):
+        try:
+            crop(ref.K, ref.V, 8, bad)
+        except ValueError:
+            yield Case(f"crop(K, V, 8, {bad}) raises ValueError", True)
+        except Exception as e:  # noqa: BLE001 - the wrong kind of error is a failed case
+            yield Case(f"crop(K, V, 8, {bad}) raises ValueError", False, "ValueError",
+                       type(e).__name__, "raise ValueError for n outside 0 .. length")
+        else:
+            yield Case(f"crop(K, V, 8, {bad}) raises ValueError", False, "ValueError",
+                       "no error", "a cache cannot hold fewer than 0 or more than length "
+                       "positions: raise ValueError")
+
+
+def _alpha(target, draft, x, temperature) -> float:
+    p = next_token_probs(target, x, temperature)
+    q = next_token_probs(draft, x, temperature)
+    return p.minimum(q).sum(-1).mean().item()
+
+
+def _tiny(seed: int) -> CharGPT:
+    torch.manual_seed(seed)
+    m = CharGPT(CFG).eval()
+    with torch.no_grad():  # larger weights than at initialisation: far from uniform outputs
+        for p in m.parameters():
+            p.mul_(8.0)
+    return m
+
+
+@register("ex03.measure_alpha", points=4, needs="measure_alpha",
+          title="acceptance rate between two models",
+          hint="p = softmax(target(x) / T), q = softmax(draft(x) / T); "
+               "alpha = minimum(p, q).sum(-1).mean(); at T = 0 compare argmaxes")
+def check_measure_alpha(fn) -> Iterator[Case]:
+    a, b = _tiny(1), _tiny(2)
+    x = torch.randint(0, CFG.vocab_size, (3, CFG.block_size),
+                      generator=torch.Generator().manual_seed(0))
+    cases = [("a model with itself", a, a, 1.0), ("two models, T = 1", a, b, 1.0),
+             ("T = 0.5", a, b, 0.5), ("T = 2", a, b, 2.0),
+             ("T = 0: argmax agreement", a, b, 0.0)]
+    for name, t, d, temp in cases:
+        exp = _alpha(t, d, x, temp)
+        got = as_number(call(name, fn, t, d, x, temp))
+        ok = got is not None and abs(got - exp) <= ATOL
+        msg = ""
+        if not ok:
+            if got is None or got != got:
+                msg = "return a float; at T = 0 use argmax (dividing by 0 gives NaN)"
+            elif temp != 1.0 and abs(got - _alpha(t, d, x, 1.0)) <= ATOL:
+                msg = "apply the temperature: softmax(logits / T)"
+            elif abs(got - (1 - exp)) <= ATOL:
+                msg = "that is the TV distance; alpha = sum(min(p, q)) = 1 - TV"
+            else:
+                msg = "average sum(min(p, q)) over every position of every window"
+        yield Case(name, ok, f"{exp:.6g}", fmt(got), msg)
+    try:
+        target, draft = load_pretrained("target"), load_pretrained("draft")
+    except (FileNotFoundError, ValueError):
+        return  # no shipped pair here: the random models above decide
+    from specdec_course import data
+
+    val = data.train_val_split(data.CharTokenizer(target.vocab).encode(data.load_corpus()))[1]
+    xv, _ = data.eval_windows(val, target.config.block_size, 1)
+    exp = _alpha(target, draft, xv, 1.0)
+    got = as_number(call("the shipped pair", fn, target, draft, xv, 1.0))
+    ok = got is not None and abs(got - exp) <= ATOL
+    yield Case("the shipped pair, one validation window", ok, f"{exp:.6g}", fmt(got),
+               "" if ok else "average sum(min(p, q)) over every position")
