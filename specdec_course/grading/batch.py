@@ -318,7 +318,6 @@ def _grade_in_worker(job: dict, conn) -> dict[str, Any]:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
     os.environ["MALLOC_ARENA_MAX"] = "2"  # fewer malloc arenas: less address space per thread
-    os.environ["MPLBACKEND"] = "Agg"
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     _limit_memory(job["memory_mb"])
 

@@ -382,12 +382,11 @@ def run_check(
             for case in spec.func(*objs):
                 res.cases.append(case)
                 res.false_failure_rate += case.false_failure_rate
-    except NotImplementedError as e:
+    except NotImplementedError:
         res.status = "not attempted"
         res.message = (
-            f"{spec.needs[0]} still raises NotImplementedError"
-            + (f" ({e})" if str(e) else "")
-            + ": replace the stub with your code"
+            f"{' / '.join(spec.needs)} still raises NotImplementedError: replace the stub "
+            "with your code"
         )
     except CheckTimeout:
         res.status = "timeout"
@@ -456,15 +455,15 @@ def grade_namespace(
     return ExerciseReport(exercise, results)
 
 
-def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> Any:
-    """Inline feedback in a notebook: grade, print a short report, return the result.
+def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> None:
+    """Inline feedback in a notebook: grade and print a short report.
 
     ``check("ex01.residual_distribution", residual_distribution)`` runs one check on your
     function; ``check("ex01", globals())`` runs every check of the exercise on the functions
     your notebook defines and prints the score table. Never raises: a stub that raises
     ``NotImplementedError`` is reported as "not attempted" with 0 points, and any other
-    problem is printed. Returns the :class:`CheckResult` (or :class:`ExerciseReport`), or
-    ``None`` when the call itself was malformed.
+    problem is printed. Returns ``None`` (so that a notebook shows the report once); use
+    :func:`run_check` or :func:`grade_namespace` for the result objects.
     """
     try:
         if os.environ.get(BATCH_ENV):
@@ -480,10 +479,8 @@ def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> Any:
         else:
             report = run_check(check_id, *objs, time_limit=time_limit)
         print(report.report())
-        return report
     except Exception as e:  # noqa: BLE001 - inline feedback must never stop a notebook
         print(f"check could not run: {_short(e)}", file=sys.stdout)
-        return None
 
 
 @contextlib.contextmanager

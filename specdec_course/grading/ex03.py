@@ -56,8 +56,9 @@ class _Reference:
     def qkv(self, x):
         B, T, C = x.shape
         q, k, v = self.attn.c_attn(x).split(C, dim=2)
-        return [t.view(B, T, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous()
-                for t in (q, k, v)]
+        return [
+            t.view(B, T, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous() for t in (q, k, v)
+        ]
 
     def step(self, T_new: int):
         """New inputs ``(q, k, v)`` and the package layer's output for them (with its cache)."""
@@ -83,45 +84,77 @@ def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
     q, k, v, expected = ref.step(T_new)
     out = call(label, fn, q, k, v, ref.K, ref.V, length)
     if not (isinstance(out, tuple) and len(out) == 2):
-        return None, Case(label, False, "(y, new_length)", fmt(out),
-                          "return a pair: the attention output and length + T_new")
+        return None, Case(
+            label,
+            False,
+            "(y, new_length)",
+            fmt(out),
+            "return a pair: the attention output and length + T_new",
+        )
     y, new_len = out
     y = as_vector(y)
     if as_number(new_len) != length + T_new:
-        return None, Case(label, False, f"new length {length + T_new}", fmt(new_len),
-                          "the cache grows by the number of new tokens: length + T_new")
+        return None, Case(
+            label,
+            False,
+            f"new length {length + T_new}",
+            fmt(new_len),
+            "the cache grows by the number of new tokens: length + T_new",
+        )
     shape = (ref.B, CFG.n_head, T_new, CFG.head_dim)
     if y is None or tuple(y.shape) != shape:
-        return None, Case(label, False, f"y of shape {shape}",
-                          fmt(None if y is None else tuple(y.shape)),
-                          "y holds one output per new token: [B, n_head, T_new, head_dim]")
+        return None, Case(
+            label,
+            False,
+            f"y of shape {shape}",
+            fmt(None if y is None else tuple(y.shape)),
+            "y holds one output per new token: [B, n_head, T_new, head_dim]",
+        )
     end = length + T_new
-    if not torch.allclose(ref.K[:, :, :end].double(), ref.cache.k[0, :, :, :end].double(),
-                          atol=ATOL) or \
-            not torch.allclose(ref.V[:, :, :end].double(), ref.cache.v[0, :, :, :end].double(),
-                               atol=ATOL):
-        return None, Case(label, False, "K, V hold the keys/values of every position so far",
-                          "buffers differ from the package's KVCache",
-                          "write k and v into K[:, :, length:length + T_new] in place (no new "
-                          "tensor: the caller keeps the buffers)")
+    if not torch.allclose(
+        ref.K[:, :, :end].double(), ref.cache.k[0, :, :, :end].double(), atol=ATOL
+    ) or not torch.allclose(
+        ref.V[:, :, :end].double(), ref.cache.v[0, :, :, :end].double(), atol=ATOL
+    ):
+        return None, Case(
+            label,
+            False,
+            "K, V hold the keys/values of every position so far",
+            "buffers differ from the package's KVCache",
+            "write k and v into K[:, :, length:length + T_new] in place (no new "
+            "tensor: the caller keeps the buffers)",
+        )
     got = ref.project(y)
     diff = (got - expected).abs().max().item()
     if diff > ATOL:
-        msg = ("a single new token sees every cached position: use no mask, or a causal mask "
-               "offset by length (is_causal=True aligns it to position 0); scale the scores "
-               "by 1/sqrt(head_dim)")
+        msg = (
+            "a single new token sees every cached position: use no mask, or a causal mask "
+            "offset by length (is_causal=True aligns it to position 0); scale the scores "
+            "by 1/sqrt(head_dim)"
+        )
         if T_new > 1:
-            msg = ("with several new tokens, token i may see positions 0 .. length + i only: "
-                   "the causal mask is offset by length")
-        return None, Case(label, False, fmt(expected[0, -1]), fmt(got[0, -1]),
-                          f"largest difference {diff:.2e}; {msg}")
+            msg = (
+                "with several new tokens, token i may see positions 0 .. length + i only: "
+                "the causal mask is offset by length"
+            )
+        return None, Case(
+            label,
+            False,
+            fmt(expected[0, -1]),
+            fmt(got[0, -1]),
+            f"largest difference {diff:.2e}; {msg}",
+        )
     return end, None
 
 
-@register("ex03.cached_attention", points=4, needs="cached_attention",
-          title="one step of cached attention",
-          hint="K[:, :, length:end] = k; scores = q @ K[:, :, :end].transpose(-2, -1) / "
-               "sqrt(hs); mask key j > length + i; softmax; @ V[:, :, :end]")
+@register(
+    "ex03.cached_attention",
+    points=4,
+    needs="cached_attention",
+    title="one step of cached attention",
+    hint="K[:, :, length:end] = k; scores = q @ K[:, :, :end].transpose(-2, -1) / "
+    "sqrt(hs); mask key j > length + i; softmax; @ V[:, :, :end]",
+)
 def check_cached_attention(fn) -> Iterator[Case]:
     for seed, (name, sizes) in enumerate(SCHEDULES.items()):
         ref = _Reference(seed)
@@ -134,10 +167,14 @@ def check_cached_attention(fn) -> Iterator[Case]:
         yield failed or Case(f"{name} ({'+'.join(map(str, sizes))} tokens)", True)
 
 
-@register("ex03.crop", points=2, needs=("cached_attention", "crop"),
-          title="rolling the cache back with crop",
-          hint="crop only returns the new length (after checking 0 <= n <= length): the next "
-               "step overwrites what lies beyond it")
+@register(
+    "ex03.crop",
+    points=2,
+    needs=("cached_attention", "crop"),
+    title="rolling the cache back with crop",
+    hint="crop only returns the new length (after checking 0 <= n <= length): the next "
+    "step overwrites what lies beyond it",
+)
 def check_crop(attend, crop) -> Iterator[Case]:
     for n in (0, 3, 7, 8):
         ref = _Reference(10 + n)
@@ -150,12 +187,22 @@ def check_crop(attend, crop) -> Iterator[Case]:
         K_before, ptr = ref.K.clone(), ref.K.data_ptr()
         got = call(f"crop(K, V, {length}, {n})", crop, ref.K, ref.V, length, n)
         if as_number(got) != n:
-            yield Case(f"crop(K, V, 8, {n}) returns {n}", False, str(n), fmt(got),
-                       "return the new length n")
+            yield Case(
+                f"crop(K, V, 8, {n}) returns {n}",
+                False,
+                str(n),
+                fmt(got),
+                "return the new length n",
+            )
             continue
         if ref.K.data_ptr() != ptr or not torch.equal(ref.K, K_before):
-            yield Case(f"crop({n}) leaves the buffers alone", False, "K unchanged", "K changed",
-                       "rollback moves the length only: no copy, no zeroing")
+            yield Case(
+                f"crop({n}) leaves the buffers alone",
+                False,
+                "K unchanged",
+                "K changed",
+                "rollback moves the length only: no copy, no zeroing",
+            )
             continue
         ref.cache.crop(n)  # the package's rollback
         _, failed = _compare_step(f"step after crop({n})", attend, ref, n, 2)
@@ -167,12 +214,21 @@ def check_crop(attend, crop) -> Iterator[Case]:
         except ValueError:
             yield Case(f"crop(K, V, 8, {bad}) raises ValueError", True)
         except Exception as e:  # noqa: BLE001 - the wrong kind of error is a failed case
-            yield Case(f"crop(K, V, 8, {bad}) raises ValueError", False, "ValueError",
-                       type(e).__name__, "raise ValueError for n outside 0 .. length")
+            yield Case(
+                f"crop(K, V, 8, {bad}) raises ValueError",
+                False,
+                "ValueError",
+                type(e).__name__,
+                "raise ValueError for n outside 0 .. length",
+            )
         else:
-            yield Case(f"crop(K, V, 8, {bad}) raises ValueError", False, "ValueError",
-                       "no error", "a cache cannot hold fewer than 0 or more than length "
-                       "positions: raise ValueError")
+            yield Case(
+                f"crop(K, V, 8, {bad}) raises ValueError",
+                False,
+                "ValueError",
+                "no error",
+                "a cache cannot hold fewer than 0 or more than length positions: raise ValueError",
+            )
 
 
 def _alpha(target, draft, x, temperature) -> float:
@@ -190,17 +246,26 @@ def _tiny(seed: int) -> CharGPT:
     return m
 
 
-@register("ex03.measure_alpha", points=4, needs="measure_alpha",
-          title="acceptance rate between two models",
-          hint="p = softmax(target(x) / T), q = softmax(draft(x) / T); "
-               "alpha = minimum(p, q).sum(-1).mean(); at T = 0 compare argmaxes")
+@register(
+    "ex03.measure_alpha",
+    points=4,
+    needs="measure_alpha",
+    title="acceptance rate between two models",
+    hint="p = softmax(target(x) / T), q = softmax(draft(x) / T); "
+    "alpha = minimum(p, q).sum(-1).mean(); at T = 0 compare argmaxes",
+)
 def check_measure_alpha(fn) -> Iterator[Case]:
     a, b = _tiny(1), _tiny(2)
-    x = torch.randint(0, CFG.vocab_size, (3, CFG.block_size),
-                      generator=torch.Generator().manual_seed(0))
-    cases = [("a model with itself", a, a, 1.0), ("two models, T = 1", a, b, 1.0),
-             ("T = 0.5", a, b, 0.5), ("T = 2", a, b, 2.0),
-             ("T = 0: argmax agreement", a, b, 0.0)]
+    x = torch.randint(
+        0, CFG.vocab_size, (3, CFG.block_size), generator=torch.Generator().manual_seed(0)
+    )
+    cases = [
+        ("a model with itself", a, a, 1.0),
+        ("two models, T = 1", a, b, 1.0),
+        ("T = 0.5", a, b, 0.5),
+        ("T = 2", a, b, 2.0),
+        ("T = 0: argmax agreement", a, b, 0.0),
+    ]
     for name, t, d, temp in cases:
         exp = _alpha(t, d, x, temp)
         got = as_number(call(name, fn, t, d, x, temp))
@@ -227,5 +292,10 @@ def check_measure_alpha(fn) -> Iterator[Case]:
     exp = _alpha(target, draft, xv, 1.0)
     got = as_number(call("the shipped pair", fn, target, draft, xv, 1.0))
     ok = got is not None and abs(got - exp) <= ATOL
-    yield Case("the shipped pair, one validation window", ok, f"{exp:.6g}", fmt(got),
-               "" if ok else "average sum(min(p, q)) over every position")
+    yield Case(
+        "the shipped pair, one validation window",
+        ok,
+        f"{exp:.6g}",
+        fmt(got),
+        "" if ok else "average sum(min(p, q)) over every position",
+    )
