@@ -316,13 +316,16 @@ def _time_limit(seconds: float | None):
         and hasattr(signal, "setitimer")
         and threading.current_thread() is threading.main_thread()
     )
-    if not usable:
+    outer = signal.getitimer(signal.ITIMER_REAL)[0] if usable else 0.0
+    if not usable or 0 < outer <= seconds:
+        # An outer alarm (pytest-timeout, say) that fires first is left in charge.
         yield
         return
 
     def on_alarm(signum, frame):
         raise CheckTimeout()
 
+    t0 = time.monotonic()
     old = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -330,6 +333,8 @@ def _time_limit(seconds: float | None):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if outer > 0:  # put the outer alarm back, less the time we took
+            signal.setitimer(signal.ITIMER_REAL, max(1e-3, outer - (time.monotonic() - t0)))
 
 
 def _short(exc: BaseException) -> str:

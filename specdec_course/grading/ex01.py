@@ -182,6 +182,12 @@ def _diagnose_sampler(p, q, tokens, accepted) -> str:
             "every draft was reported accepted; a draft x is accepted with probability "
             "min(1, p(x)/q(x)), and the flag must say whether it was"
         )
+    overlap = int((torch.minimum(p, q) > 0).sum())
+    if accepted.any() and overlap > 1 and tokens[accepted].unique().numel() == 1:
+        return (
+            "every accepted draft is the same token: draw the draft from q "
+            "(torch.multinomial(q, 1)), not argmax(q)"
+        )
     if abs(acc_rate - alpha) > 6 * sd + 1e-9:
         return (
             f"drafts were accepted {acc_rate:.4f} of the time, expected "
@@ -288,7 +294,19 @@ def _p_value_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
         exact = torch.multinomial(p5, 50_000, replacement=True, generator=g)
         naive_law = sampling.speculative_output_distribution(p5, _t(Q5), resample="target")
         naive = torch.multinomial(naive_law, 50_000, replacement=True, generator=g)
+    # The two 50,000-sample cases come first: they are what a chi-square check is for
+    # (pass exact samples, reject the naive rule's), and their messages say so.
     return [
+        (
+            "50,000 samples of the naive rule (should fail, p-value tiny)",
+            torch.from_numpy(_counts(naive, 5)),
+            p5,
+        ),
+        (
+            "50,000 exact samples of p (should pass, p-value > 0.05)",
+            torch.from_numpy(_counts(exact, 5)),
+            p5,
+        ),
         (
             "hand-made counts [52, 23, 16, 6, 3] against the 5-token p",
             torch.tensor([52, 23, 16, 6, 3]),
@@ -300,16 +318,6 @@ def _p_value_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
             "an outcome with probability 0, never observed",
             torch.tensor([480, 0, 520]),
             _t([0.5, 0.0, 0.5]),
-        ),
-        (
-            "50,000 exact samples of p (should pass, p-value > 0.05)",
-            torch.from_numpy(_counts(exact, 5)),
-            p5,
-        ),
-        (
-            "50,000 samples of the naive rule (should fail, p-value tiny)",
-            torch.from_numpy(_counts(naive, 5)),
-            p5,
         ),
     ]
 
@@ -328,6 +336,8 @@ def _diagnose_p_value(counts, probs, got: float, exp: float) -> str:
             "your function accepts samples that are clearly not from p; a check that "
             "always passes tests nothing"
         )
+    if got <= 0.05 < exp:
+        return "your function rejects samples that do follow p (a p-value that is too small)"
     for wrong_df, what in ((df + 1, "the number of outcomes"), (df - 1, "outcomes - 2")):
         if wrong_df > 0 and abs(got - float(sps.chi2.sf(stat, wrong_df))) <= 1e-9 + 1e-6 * exp:
             return (

@@ -1,0 +1,284 @@
+"""The batch grader on a folder of good and bad submissions, through the command line.
+
+One grading run (module fixture) serves every test here: the solved and untouched notebooks
+of both exercises, and ex01 submissions that have a syntax error, loop forever, ignore the
+interrupt, raise, kill their kernel, exhaust memory, define nothing, are not JSON, or had
+their cells deleted, reordered and duplicated. Timeouts are small so that the run takes
+about a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import hashlib
+import io
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from specdec_course import cli
+from specdec_course.grading import batch
+
+ROOT = Path(__file__).resolve().parent.parent
+CELL_TIMEOUT = 15
+NOTEBOOK_TIMEOUT = 90
+MEMORY_MB = 3000
+
+
+def _read(kind: str, name: str):
+    return nbformat.read(ROOT / kind / name, as_version=4)
+
+
+def _defs_only(nb, extra_after_first_def=None):
+    """The setup and import cells and the answer cells of a notebook, nothing else."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    keep = [copy.deepcopy(code[0]), copy.deepcopy(code[1])]  # setup, imports
+    defs = [copy.deepcopy(c) for c in code if c.source.lstrip().startswith("def ")]
+    out = new_notebook(cells=keep + defs[:1] + (extra_after_first_def or []) + defs[1:])
+    out.metadata = copy.deepcopy(nb.metadata)
+    return out
+
+
+def _make_submissions(folder: Path) -> dict[str, Path]:
+    sol1, ex1 = _read("solutions", "ex01_residual.ipynb"), _read("exercises", "ex01_residual.ipynb")
+    sol2, ex2 = (
+        _read("solutions", "ex02_acceptance.ipynb"),
+        _read("exercises", "ex02_acceptance.ipynb"),
+    )
+    subs = {
+        "ex01_solved": sol1,
+        "ex01_untouched": ex1,
+        "ex02_solved": sol2,
+        "ex02_untouched": ex2,
+        "ex01_infinite_loop": _defs_only(sol1, [new_code_cell("while True:\n    pass")]),
+        "ex01_ignores_interrupt": _defs_only(
+            sol1,
+            [
+                new_code_cell(
+                    "import time\nwhile True:\n    try:\n        time.sleep(1)\n"
+                    "    except KeyboardInterrupt:\n        pass"
+                )
+            ],
+        ),
+        "ex01_raises": _defs_only(sol1, [new_code_cell("raise RuntimeError('half done')")]),
+        "ex01_kernel_dies": _defs_only(sol1, [new_code_cell("import os\nos._exit(1)")]),
+        "ex01_memory_hog": _defs_only(
+            sol1, [new_code_cell("hog = [bytearray(50 * 2**20) for _ in range(10_000)]")]
+        ),
+    }
+    broken = _defs_only(sol1)
+    first_def = next(c for c in broken.cells if "def residual_distribution" in c.source)
+    first_def.source = first_def.source.replace("def residual_distribution(", "def residual(", 1)
+    first_def.source = first_def.source.replace(") -> torch.Tensor:", ") torch.Tensor:", 1)
+    subs["ex01_syntax_error"] = broken
+
+    # Cells deleted, reordered (definitions last-first), one duplicated with a wrong version
+    # first: the grade depends only on the functions defined at the end.
+    shuffled = _defs_only(sol1)
+    defs = [c for c in shuffled.cells if c.source.lstrip().startswith("def ")]
+    wrong = new_code_cell("def residual_distribution(p, q):\n    return p")
+    shuffled.cells = shuffled.cells[:2] + [wrong] + defs[::-1]
+    subs["ex01_cells_deleted"] = shuffled
+
+    nothing = new_notebook(cells=[new_markdown_cell("# my work"), new_code_cell("x = 1")])
+    subs["ex01_defines_nothing"] = nothing
+    subs["homework"] = new_notebook(cells=[new_code_cell("x = 1")])
+
+    paths = {}
+    for name, nb in subs.items():
+        paths[name] = folder / f"{name}.ipynb"
+        nbformat.write(nb, paths[name])
+    paths["ex01_not_json"] = folder / "ex01_not_json.ipynb"
+    paths["ex01_not_json"].write_text('{"cells": [')
+    # Checkpoints are not submissions.
+    (folder / ".ipynb_checkpoints").mkdir()
+    nbformat.write(sol1, folder / ".ipynb_checkpoints" / "ex01_solved-checkpoint.ipynb")
+    return paths
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    out = tmp_path_factory.mktemp("out")
+    paths = _make_submissions(folder)
+    before = _digest(folder)
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        rc = cli.main([
+            "grade", str(folder), "--out", str(out / "grades.csv"),
+            "--junit", str(out / "grades.xml"), "--workers", "2",
+            "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT),
+            "--memory-mb", str(MEMORY_MB),
+        ])  # fmt: skip
+    with open(out / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_file: dict[str, list[dict]] = {}
+    for r in rows:
+        by_file.setdefault(Path(r["file"]).stem, []).append(r)
+    return {
+        "rc": rc, "stdout": stdout.getvalue(), "rows": by_file, "paths": paths,
+        "before": before, "after": _digest(folder), "junit": out / "grades.xml",
+    }  # fmt: skip
+
+
+def _points(rows) -> tuple[float, float]:
+    return sum(float(r["points"]) for r in rows), sum(float(r["max_points"]) for r in rows)
+
+
+def _status(rows) -> dict[str, str]:
+    return {r["check"].split(".", 1)[1]: r["status"] for r in rows}
+
+
+def test_the_run_finishes_and_grades_every_submission_once(graded):
+    assert graded["rc"] == 0
+    assert set(graded["rows"]) == set(graded["paths"])
+    for name, rows in graded["rows"].items():
+        assert len({r["check"] for r in rows}) == len(rows), name
+
+
+def test_submissions_are_never_modified(graded):
+    assert graded["after"] == graded["before"]
+
+
+@pytest.mark.parametrize("name", ["ex01_solved", "ex02_solved"])
+def test_solution_notebooks_get_full_marks(graded, name):
+    rows = graded["rows"][name]
+    assert _points(rows) == (10, 10)
+    assert all(r["status"] == "passed" and r["message"] == "" for r in rows)
+
+
+@pytest.mark.parametrize("name", ["ex01_untouched", "ex02_untouched"])
+def test_untouched_exercises_get_zero_as_not_attempted(graded, name):
+    rows = graded["rows"][name]
+    assert _points(rows) == (0, 10)
+    assert all(r["status"] == "not attempted" for r in rows)
+    assert all("NotImplementedError" in r["message"] for r in rows)
+
+
+def test_deleted_reordered_and_duplicated_cells_do_not_change_the_grade(graded):
+    assert _points(graded["rows"]["ex01_cells_deleted"]) == (10, 10)
+
+
+def test_a_syntax_error_costs_only_the_function_it_breaks(graded):
+    rows = graded["rows"]["ex01_syntax_error"]
+    st = _status(rows)
+    assert st["residual_distribution"] == "missing"
+    assert st["chi_square_p_value"] == "passed"
+    # speculative_sample calls the missing residual_distribution.
+    assert st["speculative_sample"] == "error"
+    msg = next(r["message"] for r in rows if r["check"] == "ex01.residual_distribution")
+    assert "SyntaxError" in msg
+
+
+def test_an_endless_loop_is_interrupted_and_the_rest_is_graded(graded):
+    assert _points(graded["rows"]["ex01_infinite_loop"]) == (10, 10)
+
+
+def test_a_cell_that_ignores_the_interrupt_stops_the_notebook_with_a_reason(graded):
+    rows = graded["rows"]["ex01_ignores_interrupt"]
+    assert _points(rows)[0] == 0
+    assert all(r["status"] == "timeout" and "interrupt" in r["message"] for r in rows)
+
+
+def test_a_cell_that_raises_does_not_stop_the_notebook(graded):
+    assert _points(graded["rows"]["ex01_raises"]) == (10, 10)
+
+
+def test_a_kernel_that_dies_gets_zero_with_the_reason(graded):
+    rows = graded["rows"]["ex01_kernel_dies"]
+    assert _points(rows)[0] == 0
+    assert all(r["status"] == "crashed" and "kernel died" in r["message"] for r in rows)
+
+
+def test_a_memory_hog_hits_the_cap_and_the_rest_is_graded(graded):
+    assert _points(graded["rows"]["ex01_memory_hog"]) == (10, 10)
+
+
+def test_a_notebook_that_defines_nothing_gets_zero_as_missing(graded):
+    rows = graded["rows"]["ex01_defines_nothing"]
+    assert _points(rows) == (0, 10)
+    assert all(r["status"] == "missing" for r in rows)
+
+
+def test_a_file_that_is_not_json_is_unreadable(graded):
+    rows = graded["rows"]["ex01_not_json"]
+    assert _points(rows) == (0, 10)
+    assert all(r["status"] == "unreadable" for r in rows)
+
+
+def test_a_notebook_of_unknown_exercise_gets_one_row_that_says_what_to_do(graded):
+    (row,) = graded["rows"]["homework"]
+    assert row["status"] == "unknown exercise" and "--exercise" in row["message"]
+
+
+def test_the_summary_table_lists_every_submission(graded):
+    out = graded["stdout"]
+    assert "ex01_solved.ipynb" in out and "10/10" in out and "submissions graded in" in out
+    for name in graded["paths"]:
+        assert f"{name}.ipynb" in out
+
+
+def test_junit_xml_has_one_suite_per_submission(graded):
+    root = ET.parse(graded["junit"]).getroot()
+    suites = root.findall("testsuite")
+    assert len(suites) == len(graded["paths"])
+    solved = next(s for s in suites if s.get("name").endswith("ex01_solved.ipynb"))
+    assert solved.get("failures") == "0" and solved.get("errors") == "0"
+    untouched = next(s for s in suites if s.get("name").endswith("ex01_untouched.ipynb"))
+    assert untouched.find("testcase/error") is not None
+
+
+# --------------------------------------------------------------------------- no kernels
+
+
+def test_exercise_comes_from_metadata_then_file_name_then_override(tmp_path):
+    nb = _read("solutions", "ex01_residual.ipynb")
+    renamed = tmp_path / "alice.ipynb"
+    nbformat.write(nb, renamed)
+    assert batch.exercise_of(renamed) == ("ex01", "")
+    plain = tmp_path / "bob_ex02_try2.ipynb"
+    nbformat.write(new_notebook(), plain)
+    assert batch.exercise_of(plain) == ("ex02", "")
+    assert batch.exercise_of(plain, "ex01") == ("ex01", "")
+    unknown = tmp_path / "carol.ipynb"
+    nbformat.write(new_notebook(), unknown)
+    ex, why = batch.exercise_of(unknown)
+    assert ex is None and "--exercise" in why
+
+
+def test_bad_arguments_raise_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        batch.grade([tmp_path / "nope"])
+    with pytest.raises(ValueError, match="no .ipynb"):
+        batch.grade([tmp_path])
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="not a notebook"):
+        batch.grade([tmp_path / "notes.txt"])
+    nb = tmp_path / "ex01_a.ipynb"
+    nbformat.write(new_notebook(), nb)
+    with pytest.raises(ValueError, match="exercise must be one of"):
+        batch.grade([nb], exercise="ex99")
+    with pytest.raises(ValueError, match="workers"):
+        batch.grade([nb], workers=0)
+    with pytest.raises(ValueError, match="cell_timeout"):
+        batch.grade([nb], cell_timeout=-1)
+    with pytest.raises(ValueError, match="memory_mb"):
+        batch.grade([nb], memory_mb=100)
+
+
+def test_cli_reports_a_missing_folder_as_an_error(tmp_path, capsys):
+    assert cli.main(["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "g.csv")]) == 2
+    assert "does not exist" in capsys.readouterr().err
