@@ -36,7 +36,13 @@ import torch
 from .sampling import exp_noise as _exp_noise
 from .sampling import uniform_open_closed
 
-__all__ = ["RejectionResult", "VerifierInputs", "prepare_inputs", "rejection_sample"]
+__all__ = [
+    "RejectionResult",
+    "VerifierInputs",
+    "prepare_inputs",
+    "rejection_sample",
+    "rejection_sample_prepared",
+]
 
 # dtypes the probabilities may come in. Acceptance is decided in float64 and the race in
 # float32 whatever the input dtype, so both implementations round the same way.
@@ -237,10 +243,20 @@ def rejection_sample(
     ids outside ``[0, V)`` other than ``-1`` padding, NaN, negative or > 1 probabilities,
     uniforms outside (0, 1], and non-positive noise.
     """
-    ids, q, p, u, e = prepare_inputs(
+    inputs = prepare_inputs(
         draft_token_ids, draft_probs, target_probs,
         generator=generator, uniforms=uniforms, exp_noise=exp_noise,
     )
+    return rejection_sample_prepared(inputs)
+
+
+def rejection_sample_prepared(inputs: VerifierInputs) -> RejectionResult:
+    """:func:`rejection_sample` on inputs already checked by :func:`prepare_inputs`.
+
+    No checks and no random draws: what a benchmark times, and what a caller that checked
+    its inputs once can call in a loop.
+    """
+    ids, q, p, u, e = inputs
     B, K = ids.shape
     V = p.shape[2]
 

@@ -223,3 +223,67 @@ def test_every_kernel_compiles_for_an_sm90_gpu():
         if name.startswith("race_kernel"):
             # The race divides with IEEE rounding, as torch does, so tokens match on the GPU.
             assert "div.rn.f32" in art["ptx"], name
+
+
+def test_kernels_interpret_even_after_torch_imported_triton():
+    # An optimizer step makes torch import triton (interpreter off) before this package can
+    # switch the interpreter on; the kernels must still run on CPU tensors.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "m = torch.nn.Linear(2, 2); torch.optim.AdamW(m.parameters()).step()\n"
+        "assert 'triton' in sys.modules or torch.cuda.is_available()\n"
+        "from specdec_course.kernels import rejection_sample_triton\n"
+        "from specdec_course.verifier import rejection_sample\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "p = torch.softmax(torch.randn(4, 3, 50, generator=g), -1)\n"
+        "d = torch.randint(0, 50, (4, 2), generator=g)\n"
+        "a = rejection_sample(d, None, p, generator=torch.Generator().manual_seed(1))\n"
+        "b = rejection_sample_triton(d, None, p, generator=torch.Generator().manual_seed(1))\n"
+        "assert torch.equal(a.token_ids, b.token_ids), (a, b)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------- benchmark
+
+
+def test_benchmark_pipeline_writes_json_csv_and_plot(tmp_path):
+    # The GPU sweep's bookkeeping, run on the CPU with a stand-in timer (1 ms each side):
+    # tokens compared, bytes by the byte model, files written and read back.
+    from specdec_course import bench
+
+    cases, meta = bench.run_verifier_sweep((1, 3), (2,), (64,), device="cpu", progress=False,
+                                           timer=lambda fn: (fn(), 1.0)[1])
+    assert [(c.B, c.K, c.V) for c in cases] == [(1, 2, 64), (3, 2, 64)]
+    assert all(c.speedup == 1.0 and c.bytes > 64 * 8 for c in cases)
+    paths = bench.save_verifier_results(cases, meta, tmp_path)
+    assert all(p.exists() for p in paths.values())
+    loaded, loaded_meta = bench.load_verifier_results(tmp_path)
+    assert loaded == cases and loaded_meta["byte_model"] == bench.BYTE_MODEL
+
+
+def test_byte_model_reads_one_vocabulary_row_set_per_batch_row():
+    from specdec_course.bench import verifier_bytes
+
+    V, K = 1000, 4
+    # Row 0 rejects draft 1 (examines 2 positions, reads p, q, E rows); row 1 accepts all 4
+    # (examines 4, reads p and E rows for the bonus).
+    got = verifier_bytes(torch.tensor([1, 4]), torch.tensor([4, 4]), K, V)
+    per_position = 8 + 8 + 4 + 4
+    expected = (2 * per_position + 3 * V * 4) + (4 * per_position + 2 * V * 4) + 2 * (5 * 8 + 8)
+    assert got == expected
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the command benchmarks")
+def test_bench_verifier_without_cuda_runs_the_interpreter_sweep(capsys):
+    from specdec_course.cli import main
+
+    assert main(["bench", "verifier"]) == 0
+    out = capsys.readouterr().out
+    assert "No CUDA device" in out and "identical tokens: False" not in out
+    assert out.count("identical tokens: True") == 8

@@ -37,6 +37,16 @@ from ..verifier import RejectionResult, VerifierInputs, prepare_inputs
 __all__ = ["verify_kernel", "race_kernel", "launch", "launch_config", "rejection_sample_triton"]
 
 
+# Only triton builtins below (tl.full, tl.reduce, ...), no library helpers such as tl.zeros
+# or tl.max: those are @triton.jit functions decorated when triton is first imported, and
+# torch imports triton (for its compiler) as soon as an optimizer steps. If that happened
+# before this package switched the interpreter on, the helpers are compiled-mode objects the
+# interpreter cannot call. The reductions use tl.max's own combiner, which the interpreter
+# recognises and runs as one numpy call (a combiner of ours would run element by element).
+_max = tl.standard._elementwise_max
+_min = tl.standard._elementwise_min
+
+
 @triton.jit
 def verify_kernel(
     token_ids_ptr,  # int64 [B, K + 1], filled with -1 by the caller
@@ -55,7 +65,7 @@ def verify_kernel(
     row_ok = rows < B
     # int64 offsets: B * (K + 1) * V passes 2**31 for large batches and vocabularies.
     r = rows.to(tl.int64)
-    m = tl.zeros([BLOCK_R], dtype=tl.int64)  # accepted so far
+    m = tl.full([BLOCK_R], 0, dtype=tl.int64)  # accepted so far
     active = row_ok  # still accepting: no rejection and no end of drafts yet
     for j in range(K):
         x = tl.load(draft_ids_ptr + r * K + j, mask=active, other=-1)
@@ -108,8 +118,8 @@ def race_kernel(
     # columns are >= 0, so -1 marks "nothing seen yet" and also masks padding columns.
     best_w = tl.full([BLOCK_R], -1.0, dtype=tl.float32)
     best_p = tl.full([BLOCK_R], -1.0, dtype=tl.float32)
-    idx_w = tl.zeros([BLOCK_R], dtype=tl.int32)
-    idx_p = tl.zeros([BLOCK_R], dtype=tl.int32)
+    idx_w = tl.full([BLOCK_R], 0, dtype=tl.int32)
+    idx_p = tl.full([BLOCK_R], 0, dtype=tl.int32)
     for start in range(0, V, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         ok = row_ok[:, None] & (cols < V)[None, :]  # [BLOCK_R, BLOCK_V]
@@ -126,16 +136,19 @@ def race_kernel(
         # may compile to an approximate division on the GPU and change an argmax.)
         s_w = tl.where(ok, tl.math.div_rn(w, e), -1.0)
         s_p = tl.where(ok, tl.math.div_rn(p, e), -1.0)
-        # Ties go to the lowest column (tie_break_left), and a later tile must be strictly
-        # better: the first maximum wins, exactly like torch.argmax.
-        tile_w, arg_w = tl.max(s_w, axis=1, return_indices=True, return_indices_tie_break_left=True)
-        tile_p, arg_p = tl.max(s_p, axis=1, return_indices=True, return_indices_tie_break_left=True)
+        # The tile's best score, and the first column that reaches it: ties go to the lowest
+        # column, and a later tile must be strictly better, so the first maximum wins,
+        # exactly like torch.argmax. (V is past every real column: never the minimum.)
+        tile_w = tl.reduce(s_w, 1, _max)
+        tile_p = tl.reduce(s_p, 1, _max)
+        arg_w = tl.reduce(tl.where(s_w == tile_w[:, None], cols[None, :], V), 1, _min)
+        arg_p = tl.reduce(tl.where(s_p == tile_p[:, None], cols[None, :], V), 1, _min)
         better_w = tile_w > best_w
         better_p = tile_p > best_p
         best_w = tl.where(better_w, tile_w, best_w)
-        idx_w = tl.where(better_w, arg_w + start, idx_w)
+        idx_w = tl.where(better_w, arg_w, idx_w)
         best_p = tl.where(better_p, tile_p, best_p)
-        idx_p = tl.where(better_p, arg_p + start, idx_p)
+        idx_p = tl.where(better_p, arg_p, idx_p)
     # No positive residual score anywhere (p == q up to rounding): the residual is p.
     token = tl.where(best_w > 0, idx_w, idx_p)
     tl.store(token_ids_ptr + r * (K + 1) + m, token.to(tl.int64), mask=row_ok)
@@ -152,12 +165,6 @@ def kernel_for(kernel, device: torch.device):
     compiled kernels run on CUDA tensors only. Raises ``ValueError`` otherwise.
     """
     if device.type == "cuda" or _interpreting(kernel):
-        if _interpreting(kernel) and isinstance(tl.zeros, triton.runtime.JITFunction):
-            raise ValueError(
-                "triton was imported before specdec_course.kernels with its interpreter off, "
-                "so kernels cannot run on the CPU in this process; import "
-                "specdec_course.kernels first, or start Python with TRITON_INTERPRET=1"
-            )
         return kernel
     raise ValueError(
         f"the inputs are on {device}, but this process compiles Triton kernels for the GPU; "
