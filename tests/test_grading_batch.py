@@ -123,13 +123,15 @@ def graded(tmp_path_factory):
             "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT),
             "--memory-mb", str(MEMORY_MB),
         ])  # fmt: skip
-    with open(out / "grades.csv", newline="") as f:
+    with open(out / "grades.checks.csv", newline="") as f:
         rows = list(csv.DictReader(f))
+    with open(out / "grades.csv", newline="") as f:
+        book = {Path(r["file"]).stem: r for r in csv.DictReader(f)}
     by_file: dict[str, list[dict]] = {}
     for r in rows:
         by_file.setdefault(Path(r["file"]).stem, []).append(r)
     return {
-        "rc": rc, "stdout": stdout.getvalue(), "rows": by_file, "paths": paths,
+        "rc": rc, "stdout": stdout.getvalue(), "rows": by_file, "book": book, "paths": paths,
         "before": before, "after": _digest(folder), "junit": out / "grades.xml",
     }  # fmt: skip
 
@@ -147,6 +149,19 @@ def test_the_run_finishes_and_grades_every_submission_once(graded):
     assert set(graded["rows"]) == set(graded["paths"])
     for name, rows in graded["rows"].items():
         assert len({r["check"] for r in rows}) == len(rows), name
+
+
+def test_the_gradebook_has_one_row_per_submission_with_total_and_first_problem(graded):
+    book = graded["book"]
+    assert set(book) == set(graded["paths"])
+    assert (book["ex01_solved"]["points"], book["ex01_solved"]["max_points"]) == ("10", "10")
+    assert book["ex01_solved"]["status"] == "passed" and book["ex01_solved"]["message"] == ""
+    syn = book["ex01_syntax_error"]
+    assert syn["points"] == "3" and syn["status"] == "missing"
+    assert (
+        syn["message"].startswith("ex01.residual_distribution:") and "SyntaxError" in syn["message"]
+    )
+    assert book["homework"]["status"] == "unknown exercise"
 
 
 def test_submissions_are_never_modified(graded):

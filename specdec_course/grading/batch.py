@@ -2,6 +2,9 @@
 
     specdec-course grade submissions/ --out grades.csv [--junit grades.xml] [--workers 4]
 
+``grades.csv`` has one row per submission and exercise (the gradebook); ``grades.checks.csv``
+beside it has one row per check, with the reason for every lost point.
+
 Each submission is graded in its own worker process, several at a time. The worker copies
 the notebook to a temporary folder (the submission is never modified), starts a kernel with
 a memory cap, runs every code cell with nbclient (errors do not stop the run; a cell that
@@ -54,11 +57,14 @@ __all__ = [
     "format_summary",
     "grade",
     "write_csv",
+    "write_checks_csv",
+    "checks_csv_path",
     "write_junit",
     "cli_grade",
 ]
 
-CSV_FIELDS = ["file", "exercise", "check", "points", "max_points", "status", "message"]
+CSV_FIELDS = ["file", "exercise", "points", "max_points", "status", "message"]
+CHECK_CSV_FIELDS = ["file", "exercise", "check", "points", "max_points", "status", "message"]
 
 # Kernel start-up and teardown, on top of the notebook's and the grading cell's budgets,
 # before the parent kills a worker that has not answered.
@@ -582,12 +588,38 @@ def _lost(st: dict[str, Any], status: str, message: str) -> SubmissionResult:
 
 
 def write_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
+    """The gradebook: one row per submission and exercise.
+
+    Columns: file, exercise, points, max_points, status ("passed" or the first non-passing
+    check's status), message (the first problem, prefixed by its check id, and the notes
+    that explain it). A notebook whose exercise is unknown gets status "unknown exercise".
+    """
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        for r in results:
+            first = next((c for c in r.checks if c.status != "passed"), None)
+            message = f"{first.id}: {first.message}" if first else ""
+            if not r.checks:
+                message = "; ".join(r.notes)
+            w.writerow(
+                [r.file, r.exercise or "", f"{r.points:g}", f"{r.max_points:g}", r.status, message]
+            )
+
+
+def checks_csv_path(path: str | os.PathLike) -> Path:
+    """Where the per-check CSV goes: ``grades.csv`` -> ``grades.checks.csv``."""
+    p = Path(path)
+    return p.with_name(p.stem + ".checks" + (p.suffix or ".csv"))
+
+
+def write_checks_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
     """One row per submission and check: file, exercise, check, points, max_points, status,
     message. A notebook whose exercise is unknown gets one row with status "unknown exercise".
     """
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(CSV_FIELDS)
+        w.writerow(CHECK_CSV_FIELDS)
         for r in results:
             if not r.checks:
                 w.writerow([r.file, "", "", 0, 0, "unknown exercise", "; ".join(r.notes)])
@@ -681,6 +713,7 @@ def cli_grade(args: argparse.Namespace) -> int:
     )
     wall = time.monotonic() - t0
     write_csv(results, out)
+    write_checks_csv(results, checks_csv_path(out))
     if args.junit:
         write_junit(results, args.junit)
     print(format_summary(results))
@@ -689,6 +722,7 @@ def cli_grade(args: argparse.Namespace) -> int:
     print(
         f"\n{len(results)} submissions graded in {wall:.1f} s "
         f"({args.workers or os.cpu_count() or 1} workers); {full} with full points; "
-        f"{total:g} points in all. CSV: {out}" + (f", JUnit: {args.junit}" if args.junit else "")
+        f"{total:g} points in all. CSV: {out} (per check: {checks_csv_path(out)})"
+        + (f", JUnit: {args.junit}" if args.junit else "")
     )
     return 0
