@@ -1,0 +1,252 @@
+"""Checks of exercise 06: a Medusa head, the weighted multi-head loss, the tree attention mask.
+
+Students implement, in ``exercises/ex06_medusa.ipynb``:
+
+- ``MedusaHead(lm_head_weight)``: an ``nn.Module`` with ``self.linear`` (``nn.Linear(C, C)``,
+  weight and bias zero) and ``self.lm_head`` (``nn.Linear(C, V, bias=False)``, a *copy* of
+  ``lm_head_weight [V, C]``); ``forward(h [..., C])`` returns
+  ``lm_head(h + SiLU(linear(h)))`` ``[..., V]``;
+- ``medusa_loss(head_logits, ids)``: ``head_logits [K, B, T, V]`` are the heads' logits at
+  every position of the windows ``ids [B, T]``; head ``k`` (1-based) at position ``t``
+  predicts ``ids[:, t + 1 + k]`` (positions whose label lies past the window are left out);
+  return ``sum_k 0.8^k * CE_k``, ``CE_k`` the mean cross-entropy of head ``k``;
+- ``tree_attention_mask(paths)``: the bool ``[T, T]`` mask of a tree given as a list of
+  paths; node 0 is the root, nodes ``1..`` are the paths sorted by ``(len(path), path)``,
+  and ``mask[i, j]`` is True when ``j`` is ``i`` or an ancestor of ``i``.
+
+The reference is :mod:`specdec_course.medusa` (``MedusaHead``, ``head_targets`` +
+``medusa_loss``, ``tree_attention_mask``). Everything is exact arithmetic on seeded random
+inputs (no sampling), compared to 1e-5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from specdec_course import medusa
+
+from ._support import as_number, as_vector, fmt
+from .core import Case, call, register
+
+ATOL = 1e-5
+
+
+# ------------------------------------------------------------------------------------ the head
+
+
+def _reference_head(student: nn.Module) -> medusa.MedusaHead:
+    C = student.linear.weight.shape[1]
+    V = student.lm_head.weight.shape[0]
+    ref = medusa.MedusaHead(C, V)
+    with torch.no_grad():
+        ref.block.linear.weight.copy_(student.linear.weight)
+        ref.block.linear.bias.copy_(student.linear.bias)
+        ref.lm_head.weight.copy_(student.lm_head.weight)
+    return ref
+
+
+@register(
+    "ex06.medusa_head",
+    points=3,
+    needs="MedusaHead",
+    title="a Medusa head: ResBlock, then a copy of lm_head",
+    hint="self.linear = nn.Linear(C, C) with weight and bias zeroed; self.lm_head = "
+    "nn.Linear(C, V, bias=False) with weight.copy_(lm_head_weight); forward: "
+    "self.lm_head(h + F.silu(self.linear(h)))",
+)
+def check_medusa_head(cls) -> Iterator[Case]:
+    g = torch.Generator().manual_seed(0)
+    for C, V in ((8, 11), (24, 65)):
+        w = torch.randn(V, C, generator=g)
+        w_before = w.clone()
+        head = call(f"MedusaHead(weight [{V}, {C}])", cls, w)
+        name = f"C={C}, V={V}"
+        if not isinstance(head, nn.Module):
+            yield Case(name, False, "an nn.Module", fmt(type(head).__name__),
+                       "MedusaHead must subclass nn.Module (call super().__init__())")
+            return
+        lin, lm = getattr(head, "linear", None), getattr(head, "lm_head", None)
+        if not (isinstance(lin, nn.Linear) and isinstance(lm, nn.Linear)):
+            yield Case(name, False, "attributes linear and lm_head (nn.Linear)",
+                       f"linear={type(lin).__name__}, lm_head={type(lm).__name__}",
+                       "name the layers self.linear (C -> C) and self.lm_head (C -> V)")
+            return
+        shapes = (tuple(lin.weight.shape), lin.bias is not None, tuple(lm.weight.shape),
+                  lm.bias is None)
+        if shapes != ((C, C), True, (V, C), True):
+            yield Case(name, False, f"linear [{C}, {C}] with bias, lm_head [{V}, {C}] no bias",
+                       fmt(shapes), "linear maps C -> C (with bias); lm_head maps C -> V "
+                       "without bias, like the target's")
+            return
+        h = torch.randn(5, 3, C, generator=g)
+        with torch.no_grad():
+            fresh = call(f"{name}: forward of a fresh head", head, h)
+        fresh = as_vector(fresh)
+        base = (h @ w.T).double()
+        if fresh is None or fresh.shape != base.shape or not torch.allclose(fresh, base,
+                                                                            atol=ATOL):
+            yield Case(f"{name}: a fresh head equals the base head", False, fmt(base[0, 0]),
+                       fmt(None if fresh is None else fresh.flatten()[:V]),
+                       "zero the residual block's weight AND bias (SiLU(0) = 0, so the block "
+                       "is the identity) and copy lm_head_weight into lm_head")
+            return
+        yield Case(f"{name}: a fresh head equals the base head", True)
+        if lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before):
+            yield Case(f"{name}: lm_head holds its own copy", False, "a copy",
+                       "the same tensor as the target's lm_head",
+                       "copy the weight (weight.copy_(w) under no_grad, or nn.Parameter("
+                       "w.clone())): training a head must not change the target")
+            return
+        with torch.no_grad():
+            for p in head.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+        ref = _reference_head(head)
+        with torch.no_grad():
+            got = as_vector(call(f"{name}: forward with trained weights", head, h))
+            exp = ref(h).double()
+        ok = got is not None and got.shape == exp.shape and torch.allclose(got, exp, atol=1e-4)
+        yield Case(f"{name}: forward with random weights", ok, fmt(exp[0, 0]),
+                   fmt(None if got is None else got.flatten()[:V]),
+                   "" if ok else "forward is lm_head(h + SiLU(linear(h))): the residual adds h "
+                   "back after the SiLU, and lm_head reads the sum")
+
+
+# ------------------------------------------------------------------------------------ the loss
+
+
+def _reference_loss(logits: torch.Tensor, ids: torch.Tensor, decay: float = 0.8) -> float:
+    K = logits.shape[0]
+    targets, valid = medusa.head_targets(ids, K)
+    return float(medusa.medusa_loss(logits.double(), targets, valid, decay)[0])
+
+
+def _shifted_loss(logits, ids, shift):
+    # Cross-entropies with the labels shifted by k + shift instead of k + 1 (diagnosis only).
+    K, B, T, V = logits.shape
+    total = 0.0
+    for k in range(1, K + 1):
+        s = k + shift
+        if s >= T or s < 0:
+            continue
+        ce = nn.functional.cross_entropy(logits[k - 1, :, : T - s].reshape(-1, V).double(),
+                                         ids[:, s:].reshape(-1))
+        total += 0.8**k * float(ce)
+    return total
+
+
+def _diagnose_loss(logits, ids, got: float) -> str:
+    K = logits.shape[0]
+    targets, valid = medusa.head_targets(ids, K)
+    _, ce = medusa.medusa_loss(logits.double(), targets, valid)
+    ce = ce.tolist()
+
+    def close(x):
+        return abs(got - x) <= 1e-5 * max(1.0, abs(x))
+
+    if close(sum(ce)):
+        return "every head has weight 1: weight head k's cross-entropy by 0.8**k"
+    if close(sum(0.8 ** (k - 1) * c for k, c in enumerate(ce, 1))):
+        return "weights 0.8**(k-1): head 1 (k = 1) has weight 0.8, head k weight 0.8**k"
+    if close(sum(ce) / K) or close(sum(0.8**k * c for k, c in enumerate(ce, 1)) / K):
+        return "sum the weighted cross-entropies over heads; do not average them"
+    if close(_shifted_loss(logits, ids, 0)):
+        return "off by one: head k at position t predicts ids[t + 1 + k] (the base head " \
+               "predicts t + 1, head 1 predicts t + 2)"
+    if close(_shifted_loss(logits, ids, 2)):
+        return "shifted one too far: head k at position t predicts ids[t + 1 + k]"
+    return "CE_k is the mean over the positions t < T - 1 - k of -log softmax(logits)[label]"
+
+
+@register(
+    "ex06.medusa_loss",
+    points=3,
+    needs="medusa_loss",
+    title="the weighted multi-head loss",
+    hint="for k in 1..K: F.cross_entropy(head_logits[k-1, :, :T-1-k].reshape(-1, V), "
+    "ids[:, 1+k:].reshape(-1)) * 0.8**k, summed",
+)
+def check_medusa_loss(fn) -> Iterator[Case]:
+    g = torch.Generator().manual_seed(6)
+    for K, B, T, V in ((3, 2, 9, 13), (1, 2, 6, 5), (3, 4, 32, 65), (4, 1, 12, 7)):
+        logits = 2 * torch.randn(K, B, T, V, generator=g)
+        ids = torch.randint(V, (B, T), generator=g)
+        name = f"K={K} heads, ids [{B}, {T}], V={V}"
+        got_raw = call(name, fn, logits.clone(), ids.clone())
+        got = as_number(got_raw)
+        exp = _reference_loss(logits, ids)
+        if got is None:
+            yield Case(name, False, f"{exp:.6g}", fmt(got_raw), "return a scalar (a number "
+                       "or a 0-d tensor)")
+            return
+        ok = abs(got - exp) <= 1e-5 * max(1.0, abs(exp))
+        yield Case(name, ok, f"{exp:.6g}", f"{got:.6g}",
+                   "" if ok else _diagnose_loss(logits, ids, got))
+        if not ok:
+            return
+
+
+# ------------------------------------------------------------------------------------ the mask
+
+TREES = {
+    "a single node": [(0,)],
+    "a chain of three": [(0,), (0, 0), (0, 0, 0)],
+    "two children of the root": [(1,), (0,)],
+    "paths given out of order": [(0, 0, 0), (1,), (0,), (0, 1), (0, 0), (1, 0)],
+    "TREE_SMALL": list(medusa.TREE_SMALL),
+    "TREE_LARGE, reversed": list(reversed(medusa.TREE_LARGE)),
+}
+
+
+def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
+    if got.shape != exp.shape:
+        return (f"the mask is [T, T] with T = len(paths) + 1 = {exp.shape[0]}: row and column "
+                "0 are the root")
+    if torch.equal(got, exp & ~torch.eye(len(exp), dtype=torch.bool)):
+        return "a node may attend to itself: set the diagonal"
+    if torch.equal(got[:, 1:], exp[:, 1:]) and not got[:, 0].all():
+        return "every node attends to the root (column 0 is all True)"
+    if torch.equal(got, exp.T):
+        return "transposed: row i is the query node, column j the key it may attend to"
+    unsorted = [()] + [tuple(p) for p in paths]
+    if len(unsorted) == len(exp):
+        T = len(unsorted)
+        alt = torch.zeros(T, T, dtype=torch.bool)
+        for i, p in enumerate(unsorted):
+            for d in range(len(p) + 1):
+                if p[:d] in unsorted:
+                    alt[i, unsorted.index(p[:d])] = True
+        if torch.equal(got, alt):
+            return "sort the paths by (len(path), path) first: node i is the i-th sorted path"
+    if torch.equal(got, exp.tril()) or torch.equal(got, torch.ones_like(exp).tril()):
+        return "a causal (lower-triangular) mask lets siblings see each other; a node sees " \
+               "only its ancestors"
+    return "mask[i, j] is True exactly when path j is a prefix of path i (the root's path () " \
+           "is a prefix of every path)"
+
+
+@register(
+    "ex06.tree_attention_mask",
+    points=4,
+    needs="tree_attention_mask",
+    title="the tree attention mask",
+    hint="nodes = [()] + sorted(paths, key=lambda p: (len(p), p)); mask[i, j] = "
+    "nodes[i][:len(nodes[j])] == nodes[j]",
+)
+def check_tree_attention_mask(fn) -> Iterator[Case]:
+    for name, paths in TREES.items():
+        exp = medusa.tree_attention_mask(paths)
+        got_raw = call(name, fn, [tuple(p) for p in paths])
+        got = as_vector(got_raw)
+        if got is None:
+            yield Case(name, False, f"bool tensor {tuple(exp.shape)}", fmt(got_raw),
+                       "return a tensor (bool, or 0/1)")
+            return
+        got = got != 0
+        ok = got.shape == exp.shape and torch.equal(got, exp)
+        yield Case(name, ok, fmt(exp.int()), fmt(got.int()),
+                   "" if ok else _diagnose_mask(paths, got, exp))
+        if not ok:
+            return
