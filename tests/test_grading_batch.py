@@ -60,17 +60,27 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
             sol1,
             [
                 new_code_cell(
-                    "import time\nwhile True:\n    try:\n        time.sleep(1)\n"
-                    "    except KeyboardInterrupt:\n        pass"
+                    "import signal, time\n"
+                    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    "while True:\n    time.sleep(1)"
                 )
             ],
         ),
         "ex01_raises": _defs_only(sol1, [new_code_cell("raise RuntimeError('half done')")]),
         "ex01_kernel_dies": _defs_only(sol1, [new_code_cell("import os\nos._exit(1)")]),
-        "ex01_memory_hog": _defs_only(
-            sol1, [new_code_cell("hog = [bytearray(50 * 2**20) for _ in range(10_000)]")]
-        ),
     }
+    # A cell and a (redefined, last) function that both allocate past the memory cap.
+    hog = _defs_only(
+        sol1, [new_code_cell("hog = [bytearray(50 * 2**20) for _ in range(120)]  # 6 GB")]
+    )
+    hog.cells.append(
+        new_code_cell(
+            "def chi_square_p_value(counts, probs):\n"
+            "    return len([bytearray(50 * 2**20) for _ in range(120)])"
+        )
+    )
+    subs["ex01_memory_hog"] = hog
+
     broken = _defs_only(sol1)
     first_def = next(c for c in broken.cells if "def residual_distribution" in c.source)
     first_def.source = first_def.source.replace("def residual_distribution(", "def residual(", 1)
@@ -218,8 +228,12 @@ def test_a_kernel_that_dies_gets_zero_with_the_reason(graded):
     assert all(r["status"] == "crashed" and "kernel died" in r["message"] for r in rows)
 
 
-def test_a_memory_hog_hits_the_cap_and_the_rest_is_graded(graded):
-    assert _points(graded["rows"]["ex01_memory_hog"]) == (10, 10)
+def test_a_memory_hog_hits_the_cap_and_loses_only_what_it_lacks(graded):
+    rows = graded["rows"]["ex01_memory_hog"]
+    assert _points(rows) == (7, 10)
+    (bad,) = [r for r in rows if r["status"] != "passed"]
+    assert bad["check"] == "ex01.chi_square_p_value" and bad["status"] == "error"
+    assert "MemoryError" in bad["message"]
 
 
 def test_a_notebook_that_defines_nothing_gets_zero_as_missing(graded):

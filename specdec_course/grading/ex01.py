@@ -8,6 +8,11 @@ Students implement, in ``exercises/ex01_residual.ipynb``:
 - ``chi_square_p_value(counts, probs)``: Pearson's goodness-of-fit p-value over the outcomes
   with probability > 0 (df = their number - 1).
 
+The sampling check runs four chi-square tests (16,000 calls in all) on the law of
+(token, accepted); a correct sampler fails one of them by chance with probability about
+5e-6 (each result reports its rate), while the naive "resample from p" rule misses the
+threshold by more than six standard deviations. The other two checks are exact.
+
 References: :func:`specdec_course.sampling.residual_distribution`,
 :func:`specdec_course.theory.acceptance_rate`, :func:`specdec_course.stats.chi_square_test`,
 and scipy's ``chisquare`` for the p-value.
