@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 import torch
 
 from .model import CharGPT, KVCache
-from .sampling import _check_processing, exp_noise, process_logits, uniform_open_closed
+from .sampling import (
+    _check_processing,
+    apply_temperature,
+    exp_noise,
+    top_k_filter,
+    top_p_filter,
+    uniform_open_closed,
+)
 from .verifier import VerifierInputs, rejection_sample_prepared
 
 __all__ = ["SpecStats", "generate", "speculative_generate", "cli_generate"]
@@ -134,23 +141,45 @@ def _check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model")
     return ids.to(torch.long)
 
 
-def _processor(temperature: float, top_k: int | None, top_p: float | None):
-    """A lean ``logits [..., V] -> probs`` function; options are checked once, here."""
-    _check_processing(temperature, top_k, top_p)
-    if temperature == 0:
+class _Sampling:
+    """Temperature / top-k / top-p, checked once, then applied with as few ops as possible.
 
-        def greedy(logits):
-            return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    ``logits(x)`` returns the processed logits (filtered entries at -inf) whose softmax is
+    the distribution sampled from; ``probs(x)`` that softmax. Sampling uses the Gumbel-max
+    trick: ``argmax(logits + G)`` with ``G = -log(E)``, ``E ~ Exp(1)``, is an exact sample
+    of ``softmax(logits)`` (the exponential race of lesson 01 in log space). The noise is
+    drawn in bulk, once per call of ``generate`` / ``speculative_generate``, so a sampled
+    token costs one addition and one argmax: no normalisation, no per-token random call.
+    At temperature 0 the distribution is one-hot at the argmax and no noise is used.
+    """
 
-        return greedy
-    if top_k is None and top_p is None:
-        inv_t = 1.0 / temperature
+    def __init__(self, temperature: float, top_k: int | None, top_p: float | None):
+        _check_processing(temperature, top_k, top_p)
+        self.greedy = temperature == 0
+        self.plain = top_k is None and top_p is None
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        # Greedy decoding only takes an argmax: the logits pass through unscaled.
+        self.inv_t = 1.0 / temperature if temperature else 1.0
 
-        def plain(logits):
-            return (logits if temperature == 1.0 else logits * inv_t).softmax(-1)
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plain or self.greedy:
+            return x if self.inv_t == 1.0 else x * self.inv_t
+        x = apply_temperature(x.float(), self.temperature)
+        if self.top_k is not None:
+            x = top_k_filter(x, int(self.top_k))
+        if self.top_p is not None:
+            x = top_p_filter(x, float(self.top_p))
+        return x
 
-        return plain
-    return lambda logits: process_logits(logits, temperature, top_k, top_p)
+    def probs(self, x: torch.Tensor) -> torch.Tensor:
+        if self.greedy:
+            return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).float()
+        return self.logits(x).softmax(-1)
+
+
+def _gumbel(exp_draws: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise from Exp(1) draws: ``-log(E)`` (finite: the draws are > 0)."""
+    return exp_draws.log().neg_()
 
 
 # ------------------------------------------------------------------------------------ decoding
@@ -170,27 +199,32 @@ def generate(
     """Plain autoregressive decoding with the KV cache: one model call per new token.
 
     ``prompt_ids``: 1-D int64 ids (non-empty). Each new token is sampled from the model's
-    next-token distribution after ``sampling.process_logits(temperature, top_k, top_p)``
-    (``temperature=0`` is greedy and draws no random numbers). Returns the 1-D sequence
-    ``prompt + max_new_tokens`` new ids. Raises ValueError for an empty or out-of-vocabulary
-    prompt, bad options, or a total length beyond the model's block size.
+    next-token distribution after temperature, top-k and top-p (as
+    ``sampling.process_logits``; ``temperature=0`` is greedy and draws no random numbers).
+    Returns the 1-D sequence ``prompt + max_new_tokens`` new ids. Raises ValueError for an
+    empty or out-of-vocabulary prompt, bad options, or a total length beyond the model's
+    block size.
     """
     ids = _check_prompt(model, prompt_ids, max_new_tokens)
-    to_probs = _processor(temperature, top_k, top_p)
+    smp = _Sampling(temperature, top_k, top_p)
     n0 = ids.numel()
-    out = torch.empty(n0 + max_new_tokens, dtype=torch.long)
+    end = n0 + max_new_tokens
+    out = torch.empty(end, dtype=torch.long)
     out[:n0] = ids
     if max_new_tokens == 0:
         return out
+    V = model.config.vocab_size
+    noise = None if smp.greedy else _gumbel(exp_noise((max_new_tokens, V), generator=generator))
     cache = model.new_cache(1)
     logits = model(ids[None], cache)[0, -1]
-    for i in range(n0, n0 + max_new_tokens):
-        probs = to_probs(logits)
-        tok = (
-            probs.argmax() if temperature == 0 else torch.multinomial(probs, 1, generator=generator)
-        )
-        out[i] = tok.view(())
-        if i + 1 < n0 + max_new_tokens:
+    for i in range(n0, end):
+        if smp.greedy:
+            torch.argmax(logits, dim=-1, keepdim=True, out=out[i : i + 1])
+        else:
+            torch.argmax(
+                smp.logits(logits) + noise[i - n0], dim=-1, keepdim=True, out=out[i : i + 1]
+            )
+        if i + 1 < end:
             logits = model(out[i : i + 1][None], cache)[0, -1]
     return out
 
@@ -223,6 +257,12 @@ def speculative_generate(
     ``on_iteration(ids, target_cache, draft_cache, accepted)``, if given, is called after
     every iteration with the committed ids so far (for tests and the lesson's pictures).
 
+    Random numbers, drawn once up front from ``generator``: ``E`` ``[max_new_tokens, k + 1,
+    V]`` Exp(1) draws (row ``j < k`` of iteration ``i`` is the Gumbel noise ``-log E`` of
+    draft ``j``, row ``k`` the verifier's race noise) and ``U`` ``[max_new_tokens, k]``
+    float64 uniforms in (0, 1] for the accept tests. An iteration emits at least one token,
+    so there are never more than ``max_new_tokens`` iterations.
+
     Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, or models
     with different vocabularies.
     """
@@ -235,8 +275,8 @@ def speculative_generate(
         )
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k (drafts per iteration) must be an int >= 1; got {k!r}")
-    to_probs = _processor(temperature, top_k, top_p)
-    greedy = temperature == 0
+    smp = _Sampling(temperature, top_k, top_p)
+    greedy = smp.greedy
     V = target.config.vocab_size
     n = ids.numel()
     end = n + max_new_tokens
@@ -245,62 +285,66 @@ def speculative_generate(
     stats = SpecStats(k=k)
     clock = time.perf_counter if timings else None
     spent = {"draft": 0.0, "target": 0.0, "verify": 0.0}
+    if max_new_tokens == 0:
+        return out, stats
 
+    E = exp_noise((max_new_tokens, k + 1, V), generator=generator)
+    U = uniform_open_closed((max_new_tokens, k), generator=generator)
+    G = None if greedy else _gumbel(E[:, :k])
     tc, dc = target.new_cache(1), draft.new_cache(1)
     if n > 1:  # prefill everything but the pending last token
         target(out[None, : n - 1], tc)
         draft(out[None, : n - 1], dc)
-    # Buffers reused by every iteration: drafted ids and their distributions.
-    draft_ids = torch.empty(1, k, dtype=torch.long)
-    draft_probs = torch.zeros(1, k, V)
+    # Buffers reused by every iteration: the pending token followed by the drafts (the
+    # target's input), and the draft's processed logits.
+    feed_buf = torch.empty(1, k + 1, dtype=torch.long)
+    draft_logits = torch.empty(k, V)
     no_draft = torch.full((1, 1), -1, dtype=torch.long)
-
+    it = 0
     while n < end:
         kk = min(k, end - n - 1)  # never draft tokens that could not be kept
         t0 = clock() if clock else 0.0
+        feed_buf[0, 0] = out[n - 1]
         # --- draft: kk calls; the first one also feeds the catch-up tokens.
         feed = out[dc.length : n][None]
         for j in range(kk):
-            q = to_probs(draft(feed, dc)[0, -1])
-            tok = q.argmax().view(1) if greedy else torch.multinomial(q, 1, generator=generator)
-            draft_probs[0, j] = q
-            draft_ids[0, j] = tok[0]
-            feed = draft_ids[:, j : j + 1]
+            lg = smp.logits(draft(feed, dc)[0, -1])
+            draft_logits[j] = lg
+            slot = feed_buf[0, j + 1 : j + 2]
+            if greedy:
+                torch.argmax(lg, dim=-1, keepdim=True, out=slot)
+            else:
+                torch.argmax(lg + G[it, j], dim=-1, keepdim=True, out=slot)
+            feed = feed_buf[:, j + 1 : j + 2]
         t1 = clock() if clock else 0.0
         # --- target: the pending token and the kk drafts in one forward pass.
-        tfeed = torch.cat([out[n - 1 : n][None], draft_ids[:, :kk]], dim=1)
-        p = to_probs(target(tfeed, tc)[0])[None]  # [1, kk + 1, V]
+        p = smp.probs(target(feed_buf[:, : kk + 1], tc)[0])[None]  # [1, kk + 1, V]
         t2 = clock() if clock else 0.0
         # --- verify (B = 1): accepted prefix + one recovered or bonus token.
         if kk:
+            q = (
+                torch.nn.functional.one_hot(draft_logits[:kk].argmax(-1), V).float()
+                if greedy
+                else draft_logits[:kk].softmax(-1)
+            )
             inputs = VerifierInputs(
-                draft_ids[:, :kk],
-                draft_probs[:, :kk],
-                p,
-                uniform_open_closed((1, kk), generator=generator),
-                exp_noise((1, V), generator=generator),
+                feed_buf[:, 1 : kk + 1], q[None], p, U[it : it + 1, :kk], E[it : it + 1, k]
             )
         else:  # nothing left to draft: the verifier's bonus path samples from p alone
             inputs = VerifierInputs(
-                no_draft,
-                draft_probs[:, :1],
-                torch.cat([p, p], dim=1),
-                uniform_open_closed((1, 1), generator=generator),
-                exp_noise((1, V), generator=generator),
+                no_draft, p[:, :1], p.expand(1, 2, V), U[it : it + 1, :1], E[it : it + 1, k]
             )
         token_ids, num_accepted = rejection_sample_prepared(inputs)
         a = int(num_accepted[0])
         out[n : n + a + 1] = token_ids[0, : a + 1]
         n += a + 1
+        it += 1
         # --- roll back: pointer moves only (see the module docstring for the invariant).
         tc.crop(n - 1)
         dc.crop(min(dc.length, n - 1))
-        stats.iterations += 1
-        stats.drafted += kk
         stats.accepted_per_iteration.append(a)
         stats.rejections += a < kk
-        stats.draft_calls += kk
-        stats.target_calls += 1
+        stats.drafted += kk
         if on_iteration is not None:
             on_iteration(out[:n], tc, dc, a)
         if clock:
@@ -308,6 +352,8 @@ def speculative_generate(
             spent["draft"] += t1 - t0
             spent["target"] += t2 - t1
             spent["verify"] += t3 - t2
+    stats.iterations = stats.target_calls = it
+    stats.draft_calls = stats.drafted
     stats.emitted = max_new_tokens
     if timings:
         stats.seconds = spent
