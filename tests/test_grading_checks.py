@@ -288,14 +288,29 @@ def test_a_function_that_loops_forever_times_out():
     assert res.status == "timeout" and res.points == 0
 
 
+def expected_tokens_ok(alpha, gamma):
+    return float(gamma + 1) if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def speedup_ok(alpha, gamma, c):
+    return expected_tokens_ok(alpha, gamma) / (gamma * c + 1)
+
+
 def test_whole_exercise_check_finds_functions_by_name(capsys):
-    ns = {"expected_tokens": theory.expected_tokens, "speedup": theory.speedup}
+    ns = {"expected_tokens": expected_tokens_ok, "speedup": speedup_ok}
     grading.check("ex02", ns)
     out = capsys.readouterr().out
     assert "ex02: 6/10 points" in out
     report = grading.grade_namespace("ex02", ns)
     missing = report.results[-1]
     assert missing.status == "missing" and "optimal_gamma" in missing.message
+
+
+def test_a_function_imported_from_the_package_gets_no_points():
+    ns = {"expected_tokens": theory.expected_tokens, "speedup": speedup_ok}
+    first = grading.grade_namespace("ex02", ns).results[0]
+    assert first.status == "failed" and first.points == 0
+    assert "imported rather than written" in first.message
 
 
 def test_inline_check_stays_quiet_under_the_batch_grader(monkeypatch, capsys):

@@ -30,7 +30,9 @@ imported on first use) and register its checks::
                        message="what the difference probably means")
 
 - ``needs`` names what the check takes from the student's namespace (a tuple for several;
-  the check function receives them in that order). The batch grader looks them up by name.
+  the check function receives them in that order). The batch grader looks them up by name;
+  a needed name bound to a function imported from ``specdec_course`` scores 0 ("imported
+  rather than written"), so list only what the student writes.
 - Compare against the package's reference implementation, never a copy of its logic.
 - Statistical cases use :func:`specdec_course.stats.chi_square_test` against the exact
   distribution and pass ``false_failure_rate=result.false_failure_rate``; keep each check's

@@ -429,7 +429,8 @@ def grade_namespace(
     """Run every check of ``exercise`` on the objects found by name in ``namespace``.
 
     This is how the batch grader grades: by name, so it does not matter which cells defined
-    them. A name that is missing gives status ``"missing"`` (0 points); ``defined_note`` is
+    them. A name that is missing gives status ``"missing"`` (0 points), and a function
+    imported from ``specdec_course`` instead of written is ``"failed"``; ``defined_note`` is
     added to that message (the grader says which cells raised); ``only`` runs just the check
     with that id. Raises ``ValueError`` for an unknown exercise.
     """
@@ -452,12 +453,30 @@ def grade_namespace(
                 )
             )
             continue
+        imported = [n for n in spec.needs if _from_package(namespace[n])]
+        if imported:
+            # The lookup by name would otherwise grade the reference against itself.
+            results.append(
+                CheckResult(
+                    spec.id, spec.title, "failed", 0.0, spec.points,
+                    message=f"{imported[0]} is the course package's own function "
+                    f"({namespace[imported[0]].__module__}), imported rather than written: "
+                    "write your own",
+                    hint=spec.hint,
+                )
+            )  # fmt: skip
+            continue
         results.append(
             run_check(
                 spec.id, *(namespace[n] for n in spec.needs), time_limit=time_limit, quiet=quiet
             )
         )
     return ExerciseReport(exercise, results)
+
+
+def _from_package(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None)
+    return isinstance(module, str) and module.split(".")[0] == "specdec_course"
 
 
 def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> None:
