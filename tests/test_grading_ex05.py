@@ -1,0 +1,205 @@
+"""Exercise 05's checks: a correct race kernel earns every point, each typical mistake loses them.
+
+The kernels below run under the Triton interpreter on CPU tensors. They use only triton
+builtins (and tl.max's own combiner through tl.reduce) rather than tl.max / tl.argmax, which
+are library @triton.jit helpers: torch may have imported triton in compiled mode earlier in
+this process, and the interpreter cannot call such helpers then (see specdec_course.kernels).
+"""
+
+from __future__ import annotations
+
+import os
+
+import specdec_course.kernels  # noqa: F401  (chooses the interpreter before the kernels below)
+
+os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors, also on a machine with a GPU
+
+import pytest  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from specdec_course.grading import checks_for, run_check  # noqa: E402
+
+_max = tl.standard._elementwise_max
+_min = tl.standard._elementwise_min
+
+
+# ----------------------------------------------------------------------------- a solution
+
+
+@triton.jit
+def race_kernel(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)
+    m = tl.load(pos_ptr + b)
+    p_row = p_ptr + (b * (K + 1) + m) * V
+    q_row = q_ptr + (b * K + m) * V
+    e_row = e_ptr + b * V
+    best = -1.0
+    best_idx = 0
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        p = tl.load(p_row + cols, mask=ok, other=0.0)
+        q = tl.load(q_row + cols, mask=ok, other=0.0)
+        e = tl.load(e_row + cols, mask=ok, other=1.0)
+        s = tl.where(ok, tl.maximum(p - q, 0.0) / e, -1.0)
+        tile_best = tl.reduce(s, 0, _max)
+        tile_idx = tl.reduce(tl.where(s == tile_best, cols, V), 0, _min)
+        better = tile_best > best
+        best = tl.where(better, tile_best, best)
+        best_idx = tl.where(better, tile_idx, best_idx)
+    tl.store(token_ptr + b, best_idx)
+
+
+# ----------------------------------------------------------------------------- mistakes
+
+
+@triton.jit
+def race_forgets_tile_start(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)
+    m = tl.load(pos_ptr + b)
+    best = -1.0
+    best_idx = 0
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        p = tl.load(p_ptr + (b * (K + 1) + m) * V + cols, mask=ok, other=0.0)
+        q = tl.load(q_ptr + (b * K + m) * V + cols, mask=ok, other=0.0)
+        e = tl.load(e_ptr + b * V + cols, mask=ok, other=1.0)
+        s = tl.where(ok, tl.maximum(p - q, 0.0) / e, -1.0)
+        tile_best = tl.reduce(s, 0, _max)
+        local = tl.arange(0, BLOCK_V)
+        tile_idx = tl.reduce(tl.where(s == tile_best, local, BLOCK_V), 0, _min)  # no + start
+        better = tile_best > best
+        best = tl.where(better, tile_best, best)
+        best_idx = tl.where(better, tile_idx, best_idx)
+    tl.store(token_ptr + b, best_idx)
+
+
+@triton.jit
+def race_at_position_zero(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)
+    best = -1.0
+    best_idx = 0
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        p = tl.load(p_ptr + b * (K + 1) * V + cols, mask=ok, other=0.0)  # ignores pos
+        q = tl.load(q_ptr + b * K * V + cols, mask=ok, other=0.0)
+        e = tl.load(e_ptr + b * V + cols, mask=ok, other=1.0)
+        s = tl.where(ok, tl.maximum(p - q, 0.0) / e, -1.0)
+        tile_best = tl.reduce(s, 0, _max)
+        tile_idx = tl.reduce(tl.where(s == tile_best, cols, V), 0, _min)
+        better = tile_best > best
+        best = tl.where(better, tile_best, best)
+        best_idx = tl.where(better, tile_idx, best_idx)
+    tl.store(token_ptr + b, best_idx)
+
+
+@triton.jit
+def race_over_p(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)
+    m = tl.load(pos_ptr + b)
+    best = -1.0
+    best_idx = 0
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        p = tl.load(p_ptr + (b * (K + 1) + m) * V + cols, mask=ok, other=0.0)
+        e = tl.load(e_ptr + b * V + cols, mask=ok, other=1.0)
+        s = tl.where(ok, p / e, -1.0)  # forgot the draft
+        tile_best = tl.reduce(s, 0, _max)
+        tile_idx = tl.reduce(tl.where(s == tile_best, cols, V), 0, _min)
+        better = tile_best > best
+        best = tl.where(better, tile_best, best)
+        best_idx = tl.where(better, tile_idx, best_idx)
+    tl.store(token_ptr + b, best_idx)
+
+
+@triton.jit
+def race_padding_wins(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)
+    m = tl.load(pos_ptr + b)
+    best = -1.0
+    best_idx = 0
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        # other=1.0 everywhere and no masked score: a padding column scores 1 / 1 = 1.
+        p = tl.load(p_ptr + (b * (K + 1) + m) * V + cols, mask=ok, other=1.0)
+        q = tl.load(q_ptr + (b * K + m) * V + cols, mask=ok, other=0.0)
+        e = tl.load(e_ptr + b * V + cols, mask=ok, other=1.0)
+        s = tl.maximum(p - q, 0.0) / e
+        tile_best = tl.reduce(s, 0, _max)
+        tile_idx = tl.reduce(tl.where(s == tile_best, cols, V + BLOCK_V), 0, _min)
+        better = tile_best > best
+        best = tl.where(better, tile_best, best)
+        best_idx = tl.where(better, tile_idx, best_idx)
+    tl.store(token_ptr + b, best_idx)
+
+
+@triton.jit
+def race_first_tile_only(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)
+    m = tl.load(pos_ptr + b)
+    cols = tl.arange(0, BLOCK_V)
+    ok = cols < V
+    p = tl.load(p_ptr + (b * (K + 1) + m) * V + cols, mask=ok, other=0.0)
+    q = tl.load(q_ptr + (b * K + m) * V + cols, mask=ok, other=0.0)
+    e = tl.load(e_ptr + b * V + cols, mask=ok, other=1.0)
+    s = tl.where(ok, tl.maximum(p - q, 0.0) / e, -1.0)
+    best = tl.reduce(s, 0, _max)
+    tl.store(token_ptr + b, tl.reduce(tl.where(s == best, cols, V), 0, _min))
+
+
+@triton.jit
+def race_stub(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    b = tl.program_id(0)  # noqa: F841
+    raise NotImplementedError("race_kernel: replace this line with your code")
+
+
+def race_not_a_kernel(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V):
+    return None
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_exercise_05_has_two_checks_worth_ten_points():
+    specs = checks_for("ex05")
+    assert [s.id for s in specs] == ["ex05.race_one_tile", "ex05.race_tiles"]
+    assert sum(s.points for s in specs) == 10
+
+
+def test_solution_earns_every_point():
+    for check_id in ("ex05.race_one_tile", "ex05.race_tiles"):
+        r = run_check(check_id, race_kernel)
+        assert r.status == "passed", r.report()
+        assert r.points == r.max_points
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (race_forgets_tile_start, "tile's first column"),
+        (race_at_position_zero, "position 0"),
+        (race_over_p, "max(p - q, 0)"),
+        (race_padding_wins, "outside [0, V)"),
+    ],
+)
+def test_wrong_kernels_fail_the_tiles_check_with_a_diagnosis(wrong, says):
+    r = run_check("ex05.race_tiles", wrong)
+    assert r.status == "failed" and r.points == 0, r.report()
+    assert says in r.report(), r.report()
+
+
+def test_a_kernel_without_the_tile_loop_passes_one_tile_only():
+    assert run_check("ex05.race_one_tile", race_first_tile_only).status == "passed"
+    r = run_check("ex05.race_tiles", race_first_tile_only)
+    assert r.status == "failed" and "several tiles" in r.report(), r.report()
+
+
+def test_untouched_stub_is_not_attempted_and_a_plain_function_is_an_error():
+    assert run_check("ex05.race_one_tile", race_stub).status == "not attempted"
+    r = run_check("ex05.race_one_tile", race_not_a_kernel)
+    assert r.status == "error" and "@triton.jit" in r.report(), r.report()
