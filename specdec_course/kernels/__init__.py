@@ -27,7 +27,7 @@ import torch
 if not torch.cuda.is_available() and os.environ.get("SPECDEC_TRITON_COMPILE_ONLY") != "1":
     os.environ["TRITON_INTERPRET"] = "1"
 
-from .compile import compile_for_gpu  # noqa: E402
+from .compile import compile_for_gpu, compile_kernel_for_gpu  # noqa: E402
 from .rejection import (  # noqa: E402
     launch,
     launch_config,
@@ -43,4 +43,5 @@ __all__ = [
     "verify_kernel",
     "race_kernel",
     "compile_for_gpu",
+    "compile_kernel_for_gpu",
 ]

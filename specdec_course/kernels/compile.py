@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["compile_for_gpu", "KERNEL_VARIANTS"]
+__all__ = ["compile_for_gpu", "compile_kernel_for_gpu", "KERNEL_VARIANTS"]
 
 # Pointer element types of each kernel argument; the probabilities' type varies per variant.
 _VERIFY_SIG = {
@@ -48,36 +48,68 @@ def _variant_name(name: str, prob: str, no_q: bool) -> str:
     return f"{name}[{prob}{', one-hot drafts' if no_q else ''}]"
 
 
-def _compile_here(arch: int, warp_size: int, block_vocab: int, out_dir: Path) -> None:
-    """Child-process side: compile each variant, write its PTX and a JSON summary."""
+def _compile_jobs(arch: int, warp_size: int, jobs_file: str, out_dir: str) -> None:
+    """Child-process side: compile each job (a kernel, a signature, constexprs) and write its
+    PTX and a JSON summary into ``out_dir``."""
+    import importlib
+    import importlib.util
+
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import rejection
-
     target = GPUTarget("cuda", arch, warp_size)
     summary = {}
-    for name, prob, no_q in KERNEL_VARIANTS:
-        kernel = getattr(rejection, name)
-        sig = _VERIFY_SIG if name == "verify_kernel" else _RACE_SIG
-        sig = {k: v.format(prob="*" + prob) for k, v in sig.items()}
-        constexprs = {"NO_DRAFT_PROBS": no_q, "BLOCK_R": 1}
-        if name == "race_kernel":
-            constexprs["BLOCK_V"] = block_vocab
-        compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
-                                  target=target)
-        key = _variant_name(name, prob, no_q)
-        ptx_path = out_dir / f"{name}_{prob}_{int(no_q)}.ptx"
+    for i, job in enumerate(json.loads(Path(jobs_file).read_text())):
+        if job.get("file"):
+            spec = importlib.util.spec_from_file_location(f"_kernel_src_{i}", job["file"])
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(job["module"])
+        kernel = getattr(module, job["name"])
+        compiled = triton.compile(
+            ASTSource(fn=kernel, signature=job["signature"], constexprs=job["constexprs"]),
+            target=target,
+        )
+        ptx_path = Path(out_dir) / f"kernel_{i}.ptx"
         ptx_path.write_text(compiled.asm["ptx"])
-        summary[key] = {"ptx_file": str(ptx_path), "cubin_bytes": len(compiled.asm["cubin"])}
-    (out_dir / "summary.json").write_text(json.dumps(summary))
+        summary[job["key"]] = {"ptx_file": str(ptx_path), "cubin_bytes": len(compiled.asm["cubin"])}
+    (Path(out_dir) / "summary.json").write_text(json.dumps(summary))
+
+
+def _run_child(jobs: list[dict], arch: int, warp_size: int, timeout: float,
+               tmp: str) -> dict[str, dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["SPECDEC_TRITON_COMPILE_ONLY"] = "1"
+    # Keep the (otherwise repeated) fp-fusion deprecation notice out of the child's output.
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    jobs_file = Path(tmp) / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs))
+    code = (
+        "from specdec_course.kernels.compile import _compile_jobs; "
+        f"_compile_jobs({int(arch)}, {int(warp_size)}, {str(jobs_file)!r}, {tmp!r})"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        # The compiler's own message (kernel source with a caret, then the error) comes last;
+        # the traceback above it is about this module, not the kernel.
+        err = proc.stderr
+        at = err.rfind("triton.compiler.errors.")
+        raise RuntimeError(f"a kernel failed to compile for sm_{arch}:\n"
+                           f"{err[at:] if at >= 0 else err[-4000:]}".rstrip())
+    summary = json.loads((Path(tmp) / "summary.json").read_text())
+    return {
+        k: {"ptx": Path(v["ptx_file"]).read_text(), "cubin_bytes": v["cubin_bytes"]}
+        for k, v in summary.items()
+    }
 
 
 def compile_for_gpu(
     arch: int = 90, warp_size: int = 32, block_vocab: int = 4096, timeout: float = 300.0
 ) -> dict[str, dict]:
-    """Compile every kernel variant for ``cuda`` sm_``arch``; works without a GPU.
+    """Compile every verifier kernel variant for ``cuda`` sm_``arch``; works without a GPU.
 
     Returns ``{variant: {"ptx": str, "cubin_bytes": int}}`` for the variants in
     ``KERNEL_VARIANTS`` (both kernels, fp32/fp16/bf16 probabilities, with and without draft
@@ -87,21 +119,48 @@ def compile_for_gpu(
     """
     if block_vocab < 1 or block_vocab & (block_vocab - 1):
         raise ValueError(f"block_vocab must be a power of two; got {block_vocab}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["SPECDEC_TRITON_COMPILE_ONLY"] = "1"
-    # Keep the (otherwise repeated) fp-fusion deprecation notice out of the child's output.
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    jobs = []
+    for name, prob, no_q in KERNEL_VARIANTS:
+        sig = _VERIFY_SIG if name == "verify_kernel" else _RACE_SIG
+        constexprs = {"NO_DRAFT_PROBS": no_q, "BLOCK_R": 1}
+        if name == "race_kernel":
+            constexprs["BLOCK_V"] = block_vocab
+        jobs.append({
+            "key": _variant_name(name, prob, no_q),
+            "module": "specdec_course.kernels.rejection",
+            "name": name,
+            "signature": {k: v.format(prob="*" + prob) for k, v in sig.items()},
+            "constexprs": constexprs,
+        })
     with tempfile.TemporaryDirectory() as tmp:
-        code = (
-            "from pathlib import Path; from specdec_course.kernels.compile import _compile_here; "
-            f"_compile_here({int(arch)}, {int(warp_size)}, {int(block_vocab)}, Path({tmp!r}))"
-        )
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                              text=True, timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"a kernel failed to compile for sm_{arch}:\n{proc.stderr[-4000:]}")
-        summary = json.loads((Path(tmp) / "summary.json").read_text())
-        return {
-            k: {"ptx": Path(v["ptx_file"]).read_text(), "cubin_bytes": v["cubin_bytes"]}
-            for k, v in summary.items()
-        }
+        return _run_child(jobs, arch, warp_size, timeout, tmp)
+
+
+def compile_kernel_for_gpu(
+    kernel, signature: dict[str, str], constexprs: dict | None = None, *, arch: int = 90,
+    warp_size: int = 32, timeout: float = 300.0,
+) -> dict:
+    """Compile one ``@triton.jit`` kernel written anywhere (a notebook cell too) for a GPU.
+
+    ``signature`` maps every argument to its type (``"*fp32"``, ``"*i64"``, ``"i32"``,
+    ``"constexpr"``); ``constexprs`` gives the ``constexpr`` values. The kernel's source is
+    taken with ``inspect`` and compiled in a child process beside ``import triton`` and
+    ``import triton.language as tl`` only: helpers it calls must be triton's. Returns
+    ``{"ptx": str, "cubin_bytes": int}``; raises ``RuntimeError`` with the compiler's message
+    when it does not compile, ``ValueError`` when the source cannot be found.
+    """
+    import inspect
+    import textwrap
+
+    fn = getattr(kernel, "fn", kernel)
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise ValueError(f"cannot find the source of {fn!r} ({e}); define it in a file or "
+                         "a notebook cell") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        src_file = Path(tmp) / "kernel_source.py"
+        src_file.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
+        job = {"key": fn.__name__, "file": str(src_file), "name": fn.__name__,
+               "signature": signature, "constexprs": constexprs or {}}
+        return _run_child([job], arch, warp_size, timeout, tmp)[fn.__name__]
