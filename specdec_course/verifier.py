@@ -270,7 +270,7 @@ def rejection_sample_prepared(inputs: VerifierInputs) -> RejectionResult:
     # 2. Stop at the first rejection: the running product is 1 until the first 0.
     num_accepted = accept.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
     m = num_accepted.unsqueeze(1)  # [B, 1]
-    ids_pad = torch.nn.functional.pad(ids, (0, 1), value=-1)  # [B, K + 1]
+    ids_pad = torch.cat([ids, ids.new_full((B, 1), -1)], dim=1)  # [B, K + 1]
     x_m = ids_pad.gather(1, m)  # [B, 1], the draft at m or -1
     rejected = x_m >= 0  # a draft sits at m and was not accepted
 

@@ -287,3 +287,31 @@ def test_bench_verifier_without_cuda_runs_the_interpreter_sweep(capsys):
     out = capsys.readouterr().out
     assert "No CUDA device" in out and "identical tokens: False" not in out
     assert out.count("identical tokens: True") == 8
+
+
+# ------------------------------------------------- what only the compiler catches
+
+import triton  # noqa: E402  (after specdec_course.kernels, which picks the interpreter)
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _first_negative_kernel(x_ptr, out_ptr, n):
+    found = -1
+    for i in range(n):
+        if tl.load(x_ptr + i) < 0:
+            found = i
+            break  # fine in Python, so in the interpreter; no GPU compiler accepts it
+    tl.store(out_ptr, found)
+
+
+def test_gpu_compile_rejects_code_that_only_the_interpreter_runs():
+    from specdec_course.kernels import compile_kernel_for_gpu
+
+    if not torch.cuda.is_available():
+        out = torch.zeros(1, dtype=torch.int32)
+        _first_negative_kernel[(1,)](torch.tensor([3.0, -1.0, -2.0]), out, 3)
+        assert out.item() == 1  # the interpreter ran the `break`
+    with pytest.raises(RuntimeError, match="break"):
+        compile_kernel_for_gpu(_first_negative_kernel,
+                               {"x_ptr": "*fp32", "out_ptr": "*i32", "n": "i32"})
