@@ -50,8 +50,9 @@ def assert_same(ref, got):
 @pytest.mark.parametrize("V", [16, 65, 1000, 8193])
 @pytest.mark.parametrize("K", [1, 3, 5, 8])
 @pytest.mark.parametrize("with_draft_probs", [True, False], ids=["draft-probs", "one-hot"])
-def test_kernel_returns_the_reference_tokens(V, K, with_draft_probs):
-    drafts, q, p = ragged_batch(24, K, V, seed=V * 10 + K)
+@pytest.mark.parametrize("greedy_target", [False, True], ids=["sampled-target", "greedy-target"])
+def test_kernel_returns_the_reference_tokens(V, K, with_draft_probs, greedy_target):
+    drafts, q, p = ragged_batch(24, K, V, seed=V * 10 + K, greedy_target=greedy_target)
     q = q if with_draft_probs else None
     g = torch.Generator().manual_seed(K)
     ref = rejection_sample(drafts, q, p, generator=g)
