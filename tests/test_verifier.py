@@ -144,7 +144,7 @@ def make_position_batch(B: int, *, one_hot: bool, seed: int):
     the drafts are anti-correlated with the target (draft logits = -target logits), so most
     are rejected. One-hot drafts are argmax(p_j) in half the rows and sampled from p_j in the
     others (a greedy draft proposes likely tokens); the verifier must be exact for any drafts.
-    A fifth of the rows are ragged.
+    A fifth of the rows get a random number of drafts (0 to 3).
     Returns (draft_ids [B, 3], draft_probs [B, 3, 16] or None, target [B, 4, 16], p [4, 16]).
     """
     V, K = 16, 3
