@@ -67,10 +67,23 @@ BYTE_MODEL = (
 # Peak memory bandwidth (GB/s, vendor figures) for GPUs whose properties do not report their
 # memory clock; matched against the device name, first match wins.
 _PEAK_GBPS = [
-    ("H200", 4800.0), ("H100 PCIe", 2000.0), ("H100", 3350.0), ("GH200", 4000.0),
-    ("B200", 8000.0), ("A100-SXM4-80GB", 2039.0), ("A100 80GB PCIe", 1935.0), ("A100", 1555.0),
-    ("L40S", 864.0), ("L40", 864.0), ("L4", 300.0), ("A10G", 600.0), ("A10", 600.0),
-    ("T4", 320.0), ("V100", 900.0), ("RTX 4090", 1008.0), ("RTX 3090", 936.0),
+    ("H200", 4800.0),
+    ("H100 PCIe", 2000.0),
+    ("H100", 3350.0),
+    ("GH200", 4000.0),
+    ("B200", 8000.0),
+    ("A100-SXM4-80GB", 2039.0),
+    ("A100 80GB PCIe", 1935.0),
+    ("A100", 1555.0),
+    ("L40S", 864.0),
+    ("L40", 864.0),
+    ("L4", 300.0),
+    ("A10G", 600.0),
+    ("A10", 600.0),
+    ("T4", 320.0),
+    ("V100", 900.0),
+    ("RTX 4090", 1008.0),
+    ("RTX 3090", 936.0),
 ]
 
 
@@ -91,8 +104,14 @@ class VerifierCase:
     mean_accepted: float
 
 
-def verifier_bytes(num_accepted: torch.Tensor, num_drafts: torch.Tensor, K: int, V: int,
-                   prob_bytes: int = 4, with_draft_probs: bool = True) -> int:
+def verifier_bytes(
+    num_accepted: torch.Tensor,
+    num_drafts: torch.Tensor,
+    K: int,
+    V: int,
+    prob_bytes: int = 4,
+    with_draft_probs: bool = True,
+) -> int:
     """Bytes the verifier must move for one batch, by ``BYTE_MODEL``.
 
     ``num_accepted`` and ``num_drafts`` are ``[B]`` tensors (the result and the row lengths).
@@ -140,8 +159,14 @@ def _make_inputs(B: int, K: int, V: int, device: str, seed: int):
 
 
 def run_verifier_sweep(
-    batches=BATCHES, drafts=DRAFTS, vocabs=VOCABS, *, seed: int = 0, progress: bool = True,
-    device: str = "cuda", timer=None,
+    batches=BATCHES,
+    drafts=DRAFTS,
+    vocabs=VOCABS,
+    *,
+    seed: int = 0,
+    progress: bool = True,
+    device: str = "cuda",
+    timer=None,
 ) -> tuple[list[VerifierCase], dict]:
     """Time Triton against PyTorch; return ``(cases, metadata)``.
 
@@ -154,8 +179,10 @@ def run_verifier_sweep(
     ``device`` is ``"cuda"`` and there is no CUDA device.
     """
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("the verifier benchmark needs a CUDA GPU; without one run "
-                         "`specdec-course bench verifier` for the interpreter sweep")
+        raise ValueError(
+            "the verifier benchmark needs a CUDA GPU; without one run "
+            "`specdec-course bench verifier` for the interpreter sweep"
+        )
     import triton
 
     from .kernels import launch, launch_config
@@ -180,27 +207,44 @@ def run_verifier_sweep(
                 br, bv = launch_config(B, V, ins.target_probs.device)
                 ref = rejection_sample_prepared(ins)
                 got = launch(ins, block_rows=br, block_vocab=bv)
-                if not (torch.equal(ref.token_ids, got.token_ids)
-                        and torch.equal(ref.num_accepted, got.num_accepted)):
+                if not (
+                    torch.equal(ref.token_ids, got.token_ids)
+                    and torch.equal(ref.num_accepted, got.num_accepted)
+                ):
                     raise RuntimeError(f"Triton and PyTorch disagree at B={B}, K={K}, V={V}")
-                t_tri = timer(lambda ins=ins, br=br, bv=bv: launch(ins, block_rows=br,
-                                                                    block_vocab=bv))
+                t_tri = timer(
+                    lambda ins=ins, br=br, bv=bv: launch(ins, block_rows=br, block_vocab=bv)
+                )
                 t_ref = timer(lambda ins=ins: rejection_sample_prepared(ins))
-                nbytes = verifier_bytes(ref.num_accepted, (ins.draft_token_ids >= 0).sum(1),
-                                        K, V, prob_bytes=ins.target_probs.element_size())
+                nbytes = verifier_bytes(
+                    ref.num_accepted,
+                    (ins.draft_token_ids >= 0).sum(1),
+                    K,
+                    V,
+                    prob_bytes=ins.target_probs.element_size(),
+                )
                 tri_gbps = nbytes / (t_tri * 1e-3) / 1e9
                 case = VerifierCase(
-                    B=B, K=K, V=V, triton_us=t_tri * 1e3, torch_us=t_ref * 1e3,
-                    speedup=t_ref / t_tri, bytes=nbytes, triton_gbps=tri_gbps,
+                    B=B,
+                    K=K,
+                    V=V,
+                    triton_us=t_tri * 1e3,
+                    torch_us=t_ref * 1e3,
+                    speedup=t_ref / t_tri,
+                    bytes=nbytes,
+                    triton_gbps=tri_gbps,
                     torch_gbps=nbytes / (t_ref * 1e-3) / 1e9,
                     triton_peak_fraction=None if peak is None else tri_gbps / peak,
                     mean_accepted=float(ref.num_accepted.float().mean()),
                 )
                 cases.append(case)
                 if progress:
-                    print(f"B={B:4d} K={K} V={V:6d}: triton {case.triton_us:8.1f} us, "
-                          f"torch {case.torch_us:8.1f} us, x{case.speedup:5.2f}, "
-                          f"{case.triton_gbps:7.1f} GB/s", flush=True)
+                    print(
+                        f"B={B:4d} K={K} V={V:6d}: triton {case.triton_us:8.1f} us, "
+                        f"torch {case.torch_us:8.1f} us, x{case.speedup:5.2f}, "
+                        f"{case.triton_gbps:7.1f} GB/s",
+                        flush=True,
+                    )
                 del ins, ref, got
     meta = {
         "gpu": torch.cuda.get_device_name() if on_gpu else device,
@@ -212,7 +256,7 @@ def run_verifier_sweep(
         "byte_model": BYTE_MODEL,
         "timer": timer_doc,
         "inputs": "float32 targets softmax(2 randn), drafts sampled from draft probabilities "
-                  "softmax(target logits + randn); random numbers drawn before timing",
+        "softmax(target logits + randn); random numbers drawn before timing",
     }
     return cases, meta
 
@@ -221,14 +265,18 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def save_verifier_results(cases: list[VerifierCase], meta: dict,
-                          out_dir: str | Path | None = None) -> dict[str, Path]:
+def save_verifier_results(
+    cases: list[VerifierCase], meta: dict, out_dir: str | Path | None = None
+) -> dict[str, Path]:
     """Write ``verifier-<gpu>-<date>.{json,csv,png}`` to ``out_dir`` (default data/results)."""
     out = Path(out_dir) if out_dir else results_dir()
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"verifier-{_slug(meta['gpu'])}-{meta['date']}"
-    paths = {"json": stem.with_suffix(".json"), "csv": stem.with_suffix(".csv"),
-             "png": stem.with_suffix(".png")}
+    paths = {
+        "json": stem.with_suffix(".json"),
+        "csv": stem.with_suffix(".csv"),
+        "png": stem.with_suffix(".png"),
+    }
     rows = [asdict(c) for c in cases]
     paths["json"].write_text(json.dumps({"meta": meta, "cases": rows}, indent=1) + "\n")
     with paths["csv"].open("w", newline="") as f:
@@ -263,15 +311,31 @@ def plot_verifier_results(cases: list[VerifierCase], meta: dict):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
     for V, marker in zip(sorted({c.V for c in cases}), "os^"):
         sel = [c for c in cases if c.V == V]
-        ax1.scatter([c.bytes for c in sel], [c.triton_gbps for c in sel], marker=marker,
-                    color="C0", label=f"Triton, V={V}")
-        ax1.scatter([c.bytes for c in sel], [c.torch_gbps for c in sel], marker=marker,
-                    color="C1", label=f"PyTorch, V={V}")
+        ax1.scatter(
+            [c.bytes for c in sel],
+            [c.triton_gbps for c in sel],
+            marker=marker,
+            color="C0",
+            label=f"Triton, V={V}",
+        )
+        ax1.scatter(
+            [c.bytes for c in sel],
+            [c.torch_gbps for c in sel],
+            marker=marker,
+            color="C1",
+            label=f"PyTorch, V={V}",
+        )
     if meta.get("peak_gbps"):
-        ax1.axhline(meta["peak_gbps"], color="k", ls="--", lw=1,
-                    label=f"peak {meta['peak_gbps']:.0f} GB/s")
-    ax1.set(xscale="log", yscale="log", xlabel="bytes moved (byte model)",
-            ylabel="achieved bandwidth (GB/s)", title=f"Verifier on {meta['gpu']}")
+        ax1.axhline(
+            meta["peak_gbps"], color="k", ls="--", lw=1, label=f"peak {meta['peak_gbps']:.0f} GB/s"
+        )
+    ax1.set(
+        xscale="log",
+        yscale="log",
+        xlabel="bytes moved (byte model)",
+        ylabel="achieved bandwidth (GB/s)",
+        title=f"Verifier on {meta['gpu']}",
+    )
     ax1.legend(fontsize=7)
     labels = [f"B{c.B} K{c.K}\nV{c.V // 1000}k" for c in cases]
     ax2.bar(range(len(cases)), [c.speedup for c in cases], color="C0")
@@ -297,31 +361,47 @@ def interpreter_sweep(seed: int = 0) -> list[dict]:
         p = torch.softmax(logits, -1)
         q = torch.softmax(logits[:, :K] + torch.randn(B, K, V, generator=g), -1)
         drafts = torch.multinomial(q.view(-1, V), 1, generator=g).view(B, K)
-        drafts[0, K // 2:] = -1  # one ragged row
+        drafts[0, K // 2 :] = -1  # one ragged row
         for mode, qq in (("draft probs", q), ("one-hot", None)):
             ref = rejection_sample(drafts, qq, p, generator=torch.Generator().manual_seed(seed))
-            got = rejection_sample_triton(drafts, qq, p,
-                                          generator=torch.Generator().manual_seed(seed))
+            got = rejection_sample_triton(
+                drafts, qq, p, generator=torch.Generator().manual_seed(seed)
+            )
             same = torch.equal(ref.token_ids, got.token_ids) and torch.equal(
-                ref.num_accepted, got.num_accepted)
-            rows.append({"B": B, "K": K, "V": V, "drafts": mode, "identical": same,
-                         "accepted": ref.num_accepted.tolist()})
+                ref.num_accepted, got.num_accepted
+            )
+            rows.append(
+                {
+                    "B": B,
+                    "K": K,
+                    "V": V,
+                    "drafts": mode,
+                    "identical": same,
+                    "accepted": ref.num_accepted.tolist(),
+                }
+            )
     return rows
 
 
 def bench_verifier(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
-        print("No CUDA device: the verifier benchmark needs a GPU (the Triton interpreter's "
-              "speed says nothing about one).\nRunning a correctness sweep under the "
-              "interpreter instead: Triton kernels against the PyTorch reference.")
+        print(
+            "No CUDA device: the verifier benchmark needs a GPU (the Triton interpreter's "
+            "speed says nothing about one).\nRunning a correctness sweep under the "
+            "interpreter instead: Triton kernels against the PyTorch reference."
+        )
         rows = interpreter_sweep()
         for r in rows:
-            print(f"  B={r['B']:2d} K={r['K']} V={r['V']:5d} {r['drafts']:11s} "
-                  f"identical tokens: {r['identical']}  accepted per row: {r['accepted']}")
+            print(
+                f"  B={r['B']:2d} K={r['K']} V={r['V']:5d} {r['drafts']:11s} "
+                f"identical tokens: {r['identical']}  accepted per row: {r['accepted']}"
+            )
         if not all(r["identical"] for r in rows):
             raise ValueError("the Triton kernels disagree with the reference (see above)")
-        print("All identical. On a CUDA machine this command times the kernels and writes "
-              "JSON/CSV/PNG results to data/results/.")
+        print(
+            "All identical. On a CUDA machine this command times the kernels and writes "
+            "JSON/CSV/PNG results to data/results/."
+        )
         return 0
     sweep = QUICK if args.quick else {"batches": BATCHES, "drafts": DRAFTS, "vocabs": VOCABS}
     cases, meta = run_verifier_sweep(**sweep)
@@ -334,8 +414,10 @@ def bench_verifier(args: argparse.Namespace) -> int:
 
 def bench_speedup(args: argparse.Namespace) -> int:
     """Measured speedup of speculative decoding over plain decoding (not built yet)."""
-    raise ValueError("`bench speedup` is not built yet in this version; "
-                     "`specdec-course bench verifier` is available")
+    raise ValueError(
+        "`bench speedup` is not built yet in this version; "
+        "`specdec-course bench verifier` is available"
+    )
 
 
 def cli_bench(args: argparse.Namespace) -> int:

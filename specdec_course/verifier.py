@@ -98,10 +98,13 @@ def _check_probs(t: torch.Tensor, name: str, shape: tuple[int, ...], shape_doc: 
     if torch.isnan(t).any():
         _fail(f"{name} contains NaN; check the logits that produced it (e.g. -inf everywhere)")
     if lo < 0:
-        _fail(f"{name} has negative entries (min {lo:.4g}); probabilities must be >= 0 "
-              "(did you pass logits? apply softmax first)")
-    _fail(f"{name} has entries above 1 (max {hi:.4g}); pass probabilities (apply softmax), "
-          "not logits")
+        _fail(
+            f"{name} has negative entries (min {lo:.4g}); probabilities must be >= 0 "
+            "(did you pass logits? apply softmax first)"
+        )
+    _fail(
+        f"{name} has entries above 1 (max {hi:.4g}); pass probabilities (apply softmax), not logits"
+    )
 
 
 def prepare_inputs(
@@ -124,12 +127,18 @@ def prepare_inputs(
     O(B·V) checks on the rest. Raises ``ValueError`` naming the argument that is wrong.
     """
     if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3:
-        got = tuple(target_probs.shape) if isinstance(target_probs, torch.Tensor) else type(
-            target_probs).__name__
+        got = (
+            tuple(target_probs.shape)
+            if isinstance(target_probs, torch.Tensor)
+            else type(target_probs).__name__
+        )
         _fail(f"target_probs must be a tensor of shape [B, K + 1, V]; got {got}")
     if not isinstance(draft_token_ids, torch.Tensor) or draft_token_ids.dim() != 2:
-        got = tuple(draft_token_ids.shape) if isinstance(draft_token_ids, torch.Tensor) else type(
-            draft_token_ids).__name__
+        got = (
+            tuple(draft_token_ids.shape)
+            if isinstance(draft_token_ids, torch.Tensor)
+            else type(draft_token_ids).__name__
+        )
         _fail(f"draft_token_ids must be an int64 tensor of shape [B, K]; got {got}")
     B, K = draft_token_ids.shape
     V = target_probs.shape[2]
@@ -139,8 +148,10 @@ def prepare_inputs(
     if draft_token_ids.dtype not in (torch.int64, torch.int32):
         _fail(f"draft_token_ids must hold integer ids (int64); got {draft_token_ids.dtype}")
     if draft_token_ids.device != device:
-        _fail(f"draft_token_ids is on {draft_token_ids.device} but target_probs on {device}; "
-              "move them to one device")
+        _fail(
+            f"draft_token_ids is on {draft_token_ids.device} but target_probs on {device}; "
+            "move them to one device"
+        )
     _check_probs(target_probs, "target_probs", (B, K + 1, V), "[B, K + 1, V]")
     if draft_probs is not None:
         _check_probs(draft_probs, "draft_probs", (B, K, V), "[B, K, V]")
@@ -150,31 +161,41 @@ def prepare_inputs(
     if ids.numel():
         lo, hi = (int(v) for v in torch.aminmax(ids))
         if lo < -1 or hi >= V:
-            _fail(f"draft_token_ids must lie in [0, V) = [0, {V}) or be -1 (no draft); "
-                  f"got values from {lo} to {hi}")
+            _fail(
+                f"draft_token_ids must lie in [0, V) = [0, {V}) or be -1 (no draft); "
+                f"got values from {lo} to {hi}"
+            )
         # -1 ends a row's drafts: a real id after a -1 means the row was padded wrongly.
         if K > 1 and ((ids[:, 1:] >= 0) & (ids[:, :-1] < 0)).any():
-            _fail("draft_token_ids has a draft after a -1 in some row; -1 may only pad the end "
-                  "of a row (a row's drafts are the ids before its first -1)")
+            _fail(
+                "draft_token_ids has a draft after a -1 in some row; -1 may only pad the end "
+                "of a row (a row's drafts are the ids before its first -1)"
+            )
     if generator is not None and (uniforms is None or exp_noise is None):
         if torch.device(generator.device).type != device.type:
-            _fail(f"generator is a {generator.device} generator but the inputs are on {device}; "
-                  f"create it with torch.Generator(device={str(device)!r})")
+            _fail(
+                f"generator is a {generator.device} generator but the inputs are on {device}; "
+                f"create it with torch.Generator(device={str(device)!r})"
+            )
     if uniforms is None:
         uniforms = uniform_open_closed((B, K), generator=generator, device=device)
     else:
         if not isinstance(uniforms, torch.Tensor) or tuple(uniforms.shape) != (B, K):
             _fail(f"uniforms must be a float64 tensor of shape [B, K] = {(B, K)}")
         if uniforms.dtype != torch.float64:
-            _fail(f"uniforms must be float64, not {uniforms.dtype}: float32 draws hit exactly "
-                  "0.0 too often, and u = 0 accepts a token the target gives probability 0")
+            _fail(
+                f"uniforms must be float64, not {uniforms.dtype}: float32 draws hit exactly "
+                "0.0 too often, and u = 0 accepts a token the target gives probability 0"
+            )
         if uniforms.device != device:
             _fail(f"uniforms is on {uniforms.device} but target_probs on {device}")
         if uniforms.numel():
             lo, hi = (float(v) for v in torch.aminmax(uniforms))
             if not (lo > 0 and hi <= 1):
-                _fail(f"uniforms must lie in (0, 1]; got values from {lo} to {hi} "
-                      "(use specdec_course.sampling.uniform_open_closed)")
+                _fail(
+                    f"uniforms must lie in (0, 1]; got values from {lo} to {hi} "
+                    "(use specdec_course.sampling.uniform_open_closed)"
+                )
     if exp_noise is None:
         exp_noise = _exp_noise((B, V), generator=generator, device=device)
     else:
@@ -187,8 +208,10 @@ def prepare_inputs(
         if exp_noise.numel():
             lo, hi = (float(v) for v in torch.aminmax(exp_noise))
             if not (lo > 0 and hi < float("inf")):
-                _fail("exp_noise must hold finite Exp(1) draws > 0 "
-                      "(use specdec_course.sampling.exp_noise)")
+                _fail(
+                    "exp_noise must hold finite Exp(1) draws > 0 "
+                    "(use specdec_course.sampling.exp_noise)"
+                )
     return VerifierInputs(
         ids,
         None if draft_probs is None else draft_probs.contiguous(),
@@ -244,8 +267,12 @@ def rejection_sample(
     uniforms outside (0, 1], and non-positive noise.
     """
     inputs = prepare_inputs(
-        draft_token_ids, draft_probs, target_probs,
-        generator=generator, uniforms=uniforms, exp_noise=exp_noise,
+        draft_token_ids,
+        draft_probs,
+        target_probs,
+        generator=generator,
+        uniforms=uniforms,
+        exp_noise=exp_noise,
     )
     return rejection_sample_prepared(inputs)
 

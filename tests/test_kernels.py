@@ -56,8 +56,10 @@ def test_kernel_returns_the_reference_tokens(V, K, with_draft_probs, greedy_targ
     q = q if with_draft_probs else None
     g = torch.Generator().manual_seed(K)
     ref = rejection_sample(drafts, q, p, generator=g)
-    got = rejection_sample_triton(*(t if t is None else t.to(DEVICE) for t in (drafts, q, p)),
-                                  generator=torch.Generator().manual_seed(K))
+    got = rejection_sample_triton(
+        *(t if t is None else t.to(DEVICE) for t in (drafts, q, p)),
+        generator=torch.Generator().manual_seed(K),
+    )
     assert_same(ref, got)
     # Not a vacuous comparison: some rows stop early and some get the bonus.
     assert (ref.num_accepted < (drafts >= 0).sum(1)).any()
@@ -93,24 +95,27 @@ def test_tiled_vocabulary_gives_the_same_tokens(V, block_vocab):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
 def test_kernel_matches_reference_for_other_probability_dtypes(dtype):
     drafts, q, p = ragged_batch(16, 3, 65, seed=9)
-    ref = rejection_sample(drafts, q.to(dtype), p.to(dtype),
-                           generator=torch.Generator().manual_seed(1))
-    got = rejection_sample_triton(drafts, q.to(dtype), p.to(dtype),
-                                  generator=torch.Generator().manual_seed(1))
+    ref = rejection_sample(
+        drafts, q.to(dtype), p.to(dtype), generator=torch.Generator().manual_seed(1)
+    )
+    got = rejection_sample_triton(
+        drafts, q.to(dtype), p.to(dtype), generator=torch.Generator().manual_seed(1)
+    )
     assert_same(ref, got)
 
 
 def test_greedy_rows_pinned_exactly_through_the_kernel():
-    target = torch.stack([
-        one_hot_rows(1, 2, 3, 5),
-        one_hot_rows(1, 4, 3, 5),
-        one_hot_rows(1, 2, 0, 5),
-        one_hot_rows(4, 2, 3, 5),
-    ])
+    target = torch.stack(
+        [
+            one_hot_rows(1, 2, 3, 5),
+            one_hot_rows(1, 4, 3, 5),
+            one_hot_rows(1, 2, 0, 5),
+            one_hot_rows(4, 2, 3, 5),
+        ]
+    )
     drafts = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, -1], [-1, -1, -1]])
     out = rejection_sample_triton(drafts, None, target, generator=torch.Generator().manual_seed(0))
-    assert out.token_ids.tolist() == [[1, 2, 3, 5], [1, 4, -1, -1], [1, 2, 0, -1],
-                                      [4, -1, -1, -1]]
+    assert out.token_ids.tolist() == [[1, 2, 3, 5], [1, 4, -1, -1], [1, 2, 0, -1], [4, -1, -1, -1]]
     assert out.num_accepted.tolist() == [3, 1, 2, 0]
 
 
@@ -118,8 +123,7 @@ def test_no_drafts_and_empty_batch():
     target = torch.stack([one_hot_rows(3), one_hot_rows(1)])
     out = rejection_sample_triton(torch.empty(2, 0, dtype=torch.int64), None, target)
     assert out.token_ids.tolist() == [[3], [1]]
-    out = rejection_sample_triton(torch.empty(0, 2, dtype=torch.int64), None,
-                                  torch.empty(0, 3, 5))
+    out = rejection_sample_triton(torch.empty(0, 2, dtype=torch.int64), None, torch.empty(0, 3, 5))
     assert out.token_ids.shape == (0, 3)
 
 
@@ -151,10 +155,13 @@ def test_zero_residual_and_p_equal_q_keep_ids_in_range():
     # residual is all zero, so the token comes from p. Rows 1, 2: q == p, accepted.
     q = p[:, :1].clone()
     q[0, 0, 2] += 1e-6
-    ins = prepare_inputs(torch.tensor([[2], [2], [1]]), q, p,
-                         uniforms=torch.ones(3, 1, dtype=torch.float64),
-                         exp_noise=torch.rand(3, V, generator=torch.Generator().manual_seed(0))
-                         + 0.5)
+    ins = prepare_inputs(
+        torch.tensor([[2], [2], [1]]),
+        q,
+        p,
+        uniforms=torch.ones(3, 1, dtype=torch.float64),
+        exp_noise=torch.rand(3, V, generator=torch.Generator().manual_seed(0)) + 0.5,
+    )
     ref = rejection_sample(*ins[:3], uniforms=ins.uniforms, exp_noise=ins.exp_noise)
     out = launch(ins, block_rows=2, block_vocab=8)
     assert_same(ref, out)
@@ -203,8 +210,9 @@ def test_kernel_output_positions_follow_their_target_distributions(one_hot):
     B = 100_000 if not one_hot else 200_000
     drafts, q, target, p = make_position_batch(B, one_hot=one_hot, seed=2)
     out = rejection_sample_triton(drafts, q, target, generator=torch.Generator().manual_seed(2))
-    for j, r in enumerate(position_chi_squares(out.token_ids, out.num_accepted, p,
-                                               min_samples=2000)):
+    for j, r in enumerate(
+        position_chi_squares(out.token_ids, out.num_accepted, p, min_samples=2000)
+    ):
         assert r.false_failure_rate < 1e-7
         assert r.passed, f"position {j}: {r}"
 
@@ -245,8 +253,7 @@ def test_kernels_interpret_even_after_torch_imported_triton():
         "b = rejection_sample_triton(d, None, p, generator=torch.Generator().manual_seed(1))\n"
         "assert torch.equal(a.token_ids, b.token_ids), (a, b)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -258,8 +265,9 @@ def test_benchmark_pipeline_writes_json_csv_and_plot(tmp_path):
     # tokens compared, bytes by the byte model, files written and read back.
     from specdec_course import bench
 
-    cases, meta = bench.run_verifier_sweep((1, 3), (2,), (64,), device="cpu", progress=False,
-                                           timer=lambda fn: (fn(), 1.0)[1])
+    cases, meta = bench.run_verifier_sweep(
+        (1, 3), (2,), (64,), device="cpu", progress=False, timer=lambda fn: (fn(), 1.0)[1]
+    )
     assert [(c.B, c.K, c.V) for c in cases] == [(1, 2, 64), (3, 2, 64)]
     assert all(c.speedup == 1.0 and c.bytes > 64 * 8 for c in cases)
     paths = bench.save_verifier_results(cases, meta, tmp_path)
@@ -314,5 +322,6 @@ def test_gpu_compile_rejects_code_that_only_the_interpreter_runs():
         _first_negative_kernel[(1,)](torch.tensor([3.0, -1.0, -2.0]), out, 3)
         assert out.item() == 1  # the interpreter ran the `break`
     with pytest.raises(RuntimeError, match="break"):
-        compile_kernel_for_gpu(_first_negative_kernel,
-                               {"x_ptr": "*fp32", "out_ptr": "*i32", "n": "i32"})
+        compile_kernel_for_gpu(
+            _first_negative_kernel, {"x_ptr": "*fp32", "out_ptr": "*i32", "n": "i32"}
+        )

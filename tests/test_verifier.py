@@ -31,13 +31,15 @@ def one_hot_rows(*ids: int, V: int = V_SMALL) -> torch.Tensor:
 def test_greedy_rows_emit_matches_then_the_target_argmax(with_draft_probs):
     # Targets are one-hot, so every draft that equals the argmax is accepted (u <= 1) and
     # the first mismatch is replaced by the argmax, whatever the random numbers.
-    target = torch.stack([
-        one_hot_rows(1, 2, 3, 5),  # drafts [1, 2, 3] all match -> bonus 5
-        one_hot_rows(1, 4, 3, 5),  # mismatch at position 1 -> [1, 4]
-        one_hot_rows(1, 2, 0, 5),  # ragged: two drafts, both match -> bonus at 2 is 0
-        one_hot_rows(4, 2, 3, 5),  # no drafts -> the bonus comes from row 0: 4
-        one_hot_rows(0, 2, 3, 5),  # ragged with a mismatch at 0 -> [0]
-    ])
+    target = torch.stack(
+        [
+            one_hot_rows(1, 2, 3, 5),  # drafts [1, 2, 3] all match -> bonus 5
+            one_hot_rows(1, 4, 3, 5),  # mismatch at position 1 -> [1, 4]
+            one_hot_rows(1, 2, 0, 5),  # ragged: two drafts, both match -> bonus at 2 is 0
+            one_hot_rows(4, 2, 3, 5),  # no drafts -> the bonus comes from row 0: 4
+            one_hot_rows(0, 2, 3, 5),  # ragged with a mismatch at 0 -> [0]
+        ]
+    )
     drafts = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, -1], [-1, -1, -1], [1, -1, -1]])
     q = None
     if with_draft_probs:
@@ -77,8 +79,13 @@ def test_accept_rule_is_u_times_q_at_most_p():
     q = torch.tensor([[[0.6, 0.4]]], dtype=torch.float64)
     noise = torch.ones(1, 2)
     for u, accepted in [(0.5, 1), (0.5000000000000001, 0)]:
-        out = rejection_sample(torch.tensor([[0]]), q, p, uniforms=torch.tensor([[u]],
-                               dtype=torch.float64), exp_noise=noise)
+        out = rejection_sample(
+            torch.tensor([[0]]),
+            q,
+            p,
+            uniforms=torch.tensor([[u]], dtype=torch.float64),
+            exp_noise=noise,
+        )
         assert out.num_accepted.item() == accepted
         if not accepted:
             # Residual max(p - q, 0) = [0, 0.3]: only token 1 can be recovered.
@@ -90,12 +97,18 @@ def test_recovered_token_is_the_exponential_race_over_the_residual():
     q = torch.tensor([[[0.4, 0.1, 0.1, 0.4]]])
     # Residual w = [0, .1, .2, 0]; with E = [1, .1, 1, 1] the scores w/E are [0, 1, .2, 0].
     noise = torch.tensor([[1.0, 0.1, 1.0, 1.0]])
-    out = rejection_sample(torch.tensor([[0]]), q, p, uniforms=torch.ones(1, 1,
-                           dtype=torch.float64), exp_noise=noise)
+    out = rejection_sample(
+        torch.tensor([[0]]), q, p, uniforms=torch.ones(1, 1, dtype=torch.float64), exp_noise=noise
+    )
     assert out.token_ids.tolist() == [[1, -1]]
     # The same noise and an accepted draft: the bonus races over p_1 = uniform: argmax 1/E.
-    out = rejection_sample(torch.tensor([[3]]), q, p, uniforms=torch.full((1, 1), 0.5,
-                           dtype=torch.float64), exp_noise=noise)
+    out = rejection_sample(
+        torch.tensor([[3]]),
+        q,
+        p,
+        uniforms=torch.full((1, 1), 0.5, dtype=torch.float64),
+        exp_noise=noise,
+    )
     assert out.token_ids.tolist() == [[3, 1]]
 
 
@@ -116,8 +129,13 @@ def test_zero_residual_falls_back_to_the_target_and_ids_stay_in_range():
     q = p[:, :1].clone()
     q[:, 0, 2] += 1e-6
     noise = torch.rand(3, V) + 0.5
-    out = rejection_sample(torch.tensor([[2], [2], [2]]), q, p,
-                           uniforms=torch.ones(3, 1, dtype=torch.float64), exp_noise=noise)
+    out = rejection_sample(
+        torch.tensor([[2], [2], [2]]),
+        q,
+        p,
+        uniforms=torch.ones(3, 1, dtype=torch.float64),
+        exp_noise=noise,
+    )
     assert out.num_accepted.tolist() == [0, 0, 0]
     expected = (p[:, 0] / noise).argmax(1)
     assert out.token_ids[:, 0].tolist() == expected.tolist()
@@ -158,8 +176,9 @@ def make_position_batch(B: int, *, one_hot: bool, seed: int):
     q[1] /= q[1].sum()
     q[2] = p[2]
     source = p[:K] if one_hot else q
-    drafts = torch.stack([torch.multinomial(source[j], B, replacement=True, generator=g)
-                          for j in range(K)], dim=1)
+    drafts = torch.stack(
+        [torch.multinomial(source[j], B, replacement=True, generator=g) for j in range(K)], dim=1
+    )
     if one_hot:
         greedy = torch.rand(B, K, generator=g) < 0.5
         drafts = torch.where(greedy, p[:K].argmax(-1), drafts)
@@ -172,8 +191,9 @@ def make_position_batch(B: int, *, one_hot: bool, seed: int):
     return drafts, draft_probs, target, p
 
 
-def position_chi_squares(token_ids: torch.Tensor, num_accepted: torch.Tensor, p: torch.Tensor,
-                         *, min_samples: int):
+def position_chi_squares(
+    token_ids: torch.Tensor, num_accepted: torch.Tensor, p: torch.Tensor, *, min_samples: int
+):
     """Chi-square test per output position j against p_j, over the rows that reach j.
 
     Conditioned on a row reaching position j (num_accepted >= j), its token there is
@@ -211,8 +231,9 @@ def test_position_chi_square_detects_a_verifier_told_the_wrong_draft_probs():
     drafts, q, target, p = make_position_batch(B, one_hot=False, seed=1)
     drafts = drafts[:, :2].clone()
     drafts[drafts < 0] = 0
-    out = rejection_sample(drafts, target[:, :2], target[:, :3],
-                           generator=torch.Generator().manual_seed(1))
+    out = rejection_sample(
+        drafts, target[:, :2], target[:, :3], generator=torch.Generator().manual_seed(1)
+    )
     results = position_chi_squares(out.token_ids, out.num_accepted, p[:3], min_samples=3000)
     assert not results[0].passed and not results[1].passed
     assert results[2].passed  # the bonus position is still drawn from p_2
@@ -272,9 +293,21 @@ def test_generator_draws_uniforms_then_noise():
         (lambda d, q, p: (d[0], q, p), "draft_token_ids must be"),
         (lambda d, q, p: (d, q, p.to(torch.int64)), "float tensor"),
     ],
-    ids=["nan-target", "nan-draft", "negative", "logits", "above-one", "id-too-big",
-         "id-below-minus-one", "draft-after-pad", "float-ids", "target-shape", "draft-shape",
-         "ids-1d", "int-probs"],
+    ids=[
+        "nan-target",
+        "nan-draft",
+        "negative",
+        "logits",
+        "above-one",
+        "id-too-big",
+        "id-below-minus-one",
+        "draft-after-pad",
+        "float-ids",
+        "target-shape",
+        "draft-shape",
+        "ids-1d",
+        "int-probs",
+    ],
 )
 def test_bad_inputs_raise_one_clear_value_error(change, message):
     drafts, q, p = random_batch(B=4)
@@ -297,8 +330,12 @@ def test_bad_random_numbers_raise_value_error():
 
 def test_prepare_inputs_returns_int64_contiguous_tensors():
     drafts, q, p = random_batch(B=4)
-    ins = verifier.prepare_inputs(drafts.int(), q.transpose(0, 1).contiguous().transpose(0, 1),
-                                  p, generator=torch.Generator().manual_seed(0))
+    ins = verifier.prepare_inputs(
+        drafts.int(),
+        q.transpose(0, 1).contiguous().transpose(0, 1),
+        p,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert ins.draft_token_ids.dtype == torch.int64
     assert all(t.is_contiguous() for t in ins if t is not None)
     assert ins.uniforms.dtype == torch.float64 and ins.exp_noise.dtype == torch.float32

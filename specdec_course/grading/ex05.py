@@ -32,8 +32,9 @@ from .core import Case, call, register
 __all__ = ["launch_race", "make_race_inputs", "reference_race"]
 
 
-def launch_race(kernel, pos: torch.Tensor, p: torch.Tensor, q: torch.Tensor, e: torch.Tensor,
-                block_v: int) -> torch.Tensor:
+def launch_race(
+    kernel, pos: torch.Tensor, p: torch.Tensor, q: torch.Tensor, e: torch.Tensor, block_v: int
+) -> torch.Tensor:
     """Launch a student's ``race_kernel`` with grid ``(B,)``; return the ``[B]`` int64 tokens.
 
     The output starts filled with -1, so a kernel that stores nothing returns -1s. A kernel
@@ -64,8 +65,8 @@ def make_race_inputs(B: int, K: int, V: int, seed: int, zero_tail: int = 0):
     p = torch.softmax(2 * torch.randn(B, K + 1, V, generator=g), -1)
     q = torch.softmax(2 * torch.randn(B, K, V, generator=g), -1)
     if zero_tail:
-        p[..., V - zero_tail:] = 0
-        q[..., V - zero_tail:] = 0
+        p[..., V - zero_tail :] = 0
+        q[..., V - zero_tail :] = 0
         p /= p.sum(-1, keepdim=True)
         q /= q.sum(-1, keepdim=True)
     pos = torch.randint(0, K, (B,), generator=g)
@@ -73,8 +74,9 @@ def make_race_inputs(B: int, K: int, V: int, seed: int, zero_tail: int = 0):
     return pos, p, q, e
 
 
-def reference_race(pos: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                   e: torch.Tensor) -> torch.Tensor:
+def reference_race(
+    pos: torch.Tensor, p: torch.Tensor, q: torch.Tensor, e: torch.Tensor
+) -> torch.Tensor:
     """The recovered tokens, from ``verifier.rejection_sample``: ``[B]`` int64.
 
     Row ``b`` drafts the target's argmax before ``pos[b]`` with a tiny uniform (accepted),
@@ -97,28 +99,39 @@ def reference_race(pos: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
 
 def _diagnose(got: torch.Tensor, exp: torch.Tensor, pos, p, q, e, V: int, block_v: int) -> str:
     if (got == -1).all():
-        return ("nothing was stored: end with tl.store(token_ptr + b, best_index) (one program "
-                "per row, b = tl.program_id(0))")
+        return (
+            "nothing was stored: end with tl.store(token_ptr + b, best_index) (one program "
+            "per row, b = tl.program_id(0))"
+        )
     if ((got < 0) | (got >= V)).any():
-        return (f"an id outside [0, V) = [0, {V}): padding columns of the last tile must never "
-                "win. Mask the loads (mask=cols < V; load e with other=1.0, not 0, since 0/0 is "
-                "NaN) and give masked columns a score of -1 with tl.where")
+        return (
+            f"an id outside [0, V) = [0, {V}): padding columns of the last tile must never "
+            "win. Mask the loads (mask=cols < V; load e with other=1.0, not 0, since 0/0 is "
+            "NaN) and give masked columns a score of -1 with tl.where"
+        )
     if block_v < V and torch.equal(got, exp % block_v) and not torch.equal(exp, exp % block_v):
-        return ("the ids are right within their tile: add the tile's first column (start) to "
-                "the index that tl.argmax returns")
+        return (
+            "the ids are right within their tile: add the tile's first column (start) to "
+            "the index that tl.argmax returns"
+        )
     if torch.equal(got, reference_race(torch.zeros_like(pos), p, q, e)):
-        return ("you raced at position 0 of every row: the row to read is m = tl.load(pos_ptr + "
-                "b), at p_ptr + (b * (K + 1) + m) * V and q_ptr + (b * K + m) * V")
+        return (
+            "you raced at position 0 of every row: the row to read is m = tl.load(pos_ptr + "
+            "b), at p_ptr + (b * (K + 1) + m) * V and q_ptr + (b * K + m) * V"
+        )
     if torch.equal(got, (p[torch.arange(len(pos)), pos] / e).argmax(-1)):
         return "you raced over p: the recovered token is raced over max(p - q, 0)"
     if block_v < V:
-        return ("wrong tokens with several tiles: keep the best score and its column across "
-                "tiles, and replace them only when a tile's best is strictly larger")
+        return (
+            "wrong tokens with several tiles: keep the best score and its column across "
+            "tiles, and replace them only when a tile's best is strictly larger"
+        )
     return "score each column as max(p - q, 0) / e and store the column with the largest score"
 
 
-def _race_case(name: str, kernel, B: int, K: int, V: int, block_v: int, seed: int,
-               zero_tail: int = 0) -> Case:
+def _race_case(
+    name: str, kernel, B: int, K: int, V: int, block_v: int, seed: int, zero_tail: int = 0
+) -> Case:
     pos, p, q, e = make_race_inputs(B, K, V, seed, zero_tail)
     exp = reference_race(pos, p, q, e)
     got = call(name, launch_race, kernel, pos, p, q, e, block_v)
@@ -127,11 +140,18 @@ def _race_case(name: str, kernel, B: int, K: int, V: int, block_v: int, seed: in
     ok = torch.equal(got, exp)
     bad = (got != exp).nonzero().flatten().tolist()
     return Case(
-        name, ok,
-        expected=str(exp.tolist()) if B <= 8 else f"row {bad[0]}: token {exp[bad[0]].item()}"
-        if bad else "",
-        got=str(got.tolist()) if B <= 8 else f"row {bad[0]}: token {got[bad[0]].item()}"
-        if bad else "",
+        name,
+        ok,
+        expected=str(exp.tolist())
+        if B <= 8
+        else f"row {bad[0]}: token {exp[bad[0]].item()}"
+        if bad
+        else "",
+        got=str(got.tolist())
+        if B <= 8
+        else f"row {bad[0]}: token {got[bad[0]].item()}"
+        if bad
+        else "",
         message="" if ok else _diagnose(got, exp, pos, p, q, e, V, block_v),
     )
 
@@ -145,8 +165,9 @@ def _race_case(name: str, kernel, B: int, K: int, V: int, block_v: int, seed: in
 )
 def check_race_one_tile(race_kernel) -> Iterator[Case]:
     yield _race_case("V = 16 in one tile of 16, 8 rows, K = 4", race_kernel, 8, 4, 16, 16, 0)
-    yield _race_case("V = 65 in one tile of 128 (63 padding columns)", race_kernel, 8, 3, 65,
-                     128, 1)
+    yield _race_case(
+        "V = 65 in one tile of 128 (63 padding columns)", race_kernel, 8, 3, 65, 128, 1
+    )
 
 
 @register(
@@ -158,9 +179,18 @@ def check_race_one_tile(race_kernel) -> Iterator[Case]:
 )
 def check_race_tiles(race_kernel) -> Iterator[Case]:
     yield _race_case("V = 256 in 4 tiles of 64", race_kernel, 8, 4, 256, 64, 2)
-    yield _race_case("V = 1000 in tiles of 256 (the last one partial)", race_kernel, 8, 5, 1000,
-                     256, 3)
+    yield _race_case(
+        "V = 1000 in tiles of 256 (the last one partial)", race_kernel, 8, 5, 1000, 256, 3
+    )
     yield _race_case("V = 65 in tiles of 16 (the last holds 1 id)", race_kernel, 16, 8, 65, 16, 4)
-    yield _race_case("V = 20 in tiles of 8, ids 16-19 have probability 0", race_kernel, 8, 2, 20,
-                     8, 5, zero_tail=4)
+    yield _race_case(
+        "V = 20 in tiles of 8, ids 16-19 have probability 0",
+        race_kernel,
+        8,
+        2,
+        20,
+        8,
+        5,
+        zero_tail=4,
+    )
     yield _race_case("V = 8193 in tiles of 1024", race_kernel, 4, 3, 8193, 1024, 6)

@@ -24,14 +24,30 @@ __all__ = ["compile_for_gpu", "compile_kernel_for_gpu", "KERNEL_VARIANTS"]
 
 # Pointer element types of each kernel argument; the probabilities' type varies per variant.
 _VERIFY_SIG = {
-    "token_ids_ptr": "*i64", "num_accepted_ptr": "*i64", "draft_ids_ptr": "*i64",
-    "draft_probs_ptr": "{prob}", "target_probs_ptr": "{prob}", "uniforms_ptr": "*fp64",
-    "B": "i32", "K": "i32", "V": "i32", "NO_DRAFT_PROBS": "constexpr", "BLOCK_R": "constexpr",
+    "token_ids_ptr": "*i64",
+    "num_accepted_ptr": "*i64",
+    "draft_ids_ptr": "*i64",
+    "draft_probs_ptr": "{prob}",
+    "target_probs_ptr": "{prob}",
+    "uniforms_ptr": "*fp64",
+    "B": "i32",
+    "K": "i32",
+    "V": "i32",
+    "NO_DRAFT_PROBS": "constexpr",
+    "BLOCK_R": "constexpr",
 }
 _RACE_SIG = {
-    "token_ids_ptr": "*i64", "num_accepted_ptr": "*i64", "draft_ids_ptr": "*i64",
-    "draft_probs_ptr": "{prob}", "target_probs_ptr": "{prob}", "exp_noise_ptr": "*fp32",
-    "B": "i32", "K": "i32", "V": "i32", "NO_DRAFT_PROBS": "constexpr", "BLOCK_R": "constexpr",
+    "token_ids_ptr": "*i64",
+    "num_accepted_ptr": "*i64",
+    "draft_ids_ptr": "*i64",
+    "draft_probs_ptr": "{prob}",
+    "target_probs_ptr": "{prob}",
+    "exp_noise_ptr": "*fp32",
+    "B": "i32",
+    "K": "i32",
+    "V": "i32",
+    "NO_DRAFT_PROBS": "constexpr",
+    "BLOCK_R": "constexpr",
     "BLOCK_V": "constexpr",
 }
 # (kernel name, probability dtype, NO_DRAFT_PROBS): every branch of every kernel, in the
@@ -78,8 +94,9 @@ def _compile_jobs(arch: int, warp_size: int, jobs_file: str, out_dir: str) -> No
     (Path(out_dir) / "summary.json").write_text(json.dumps(summary))
 
 
-def _run_child(jobs: list[dict], arch: int, warp_size: int, timeout: float,
-               tmp: str) -> dict[str, dict]:
+def _run_child(
+    jobs: list[dict], arch: int, warp_size: int, timeout: float, tmp: str
+) -> dict[str, dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["SPECDEC_TRITON_COMPILE_ONLY"] = "1"
     # Keep the (otherwise repeated) fp-fusion deprecation notice out of the child's output.
@@ -90,15 +107,18 @@ def _run_child(jobs: list[dict], arch: int, warp_size: int, timeout: float,
         "from specdec_course.kernels.compile import _compile_jobs; "
         f"_compile_jobs({int(arch)}, {int(warp_size)}, {str(jobs_file)!r}, {tmp!r})"
     )
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         # The compiler's own message (kernel source with a caret, then the error) comes last;
         # the traceback above it is about this module, not the kernel.
         err = proc.stderr
         at = err.rfind("triton.compiler.errors.")
-        raise RuntimeError(f"a kernel failed to compile for sm_{arch}:\n"
-                           f"{err[at:] if at >= 0 else err[-4000:]}".rstrip())
+        raise RuntimeError(
+            f"a kernel failed to compile for sm_{arch}:\n"
+            f"{err[at:] if at >= 0 else err[-4000:]}".rstrip()
+        )
     summary = json.loads((Path(tmp) / "summary.json").read_text())
     return {
         k: {"ptx": Path(v["ptx_file"]).read_text(), "cubin_bytes": v["cubin_bytes"]}
@@ -125,20 +145,27 @@ def compile_for_gpu(
         constexprs = {"NO_DRAFT_PROBS": no_q, "BLOCK_R": 1}
         if name == "race_kernel":
             constexprs["BLOCK_V"] = block_vocab
-        jobs.append({
-            "key": _variant_name(name, prob, no_q),
-            "module": "specdec_course.kernels.rejection",
-            "name": name,
-            "signature": {k: v.format(prob="*" + prob) for k, v in sig.items()},
-            "constexprs": constexprs,
-        })
+        jobs.append(
+            {
+                "key": _variant_name(name, prob, no_q),
+                "module": "specdec_course.kernels.rejection",
+                "name": name,
+                "signature": {k: v.format(prob="*" + prob) for k, v in sig.items()},
+                "constexprs": constexprs,
+            }
+        )
     with tempfile.TemporaryDirectory() as tmp:
         return _run_child(jobs, arch, warp_size, timeout, tmp)
 
 
 def compile_kernel_for_gpu(
-    kernel, signature: dict[str, str], constexprs: dict | None = None, *, arch: int = 90,
-    warp_size: int = 32, timeout: float = 300.0,
+    kernel,
+    signature: dict[str, str],
+    constexprs: dict | None = None,
+    *,
+    arch: int = 90,
+    warp_size: int = 32,
+    timeout: float = 300.0,
 ) -> dict:
     """Compile one ``@triton.jit`` kernel written anywhere (a notebook cell too) for a GPU.
 
@@ -156,11 +183,17 @@ def compile_kernel_for_gpu(
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as e:
-        raise ValueError(f"cannot find the source of {fn!r} ({e}); define it in a file or "
-                         "a notebook cell") from None
+        raise ValueError(
+            f"cannot find the source of {fn!r} ({e}); define it in a file or a notebook cell"
+        ) from None
     with tempfile.TemporaryDirectory() as tmp:
         src_file = Path(tmp) / "kernel_source.py"
         src_file.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
-        job = {"key": fn.__name__, "file": str(src_file), "name": fn.__name__,
-               "signature": signature, "constexprs": constexprs or {}}
+        job = {
+            "key": fn.__name__,
+            "file": str(src_file),
+            "name": fn.__name__,
+            "signature": signature,
+            "constexprs": constexprs or {},
+        }
         return _run_child([job], arch, warp_size, timeout, tmp)[fn.__name__]

@@ -213,13 +213,32 @@ def launch(inputs: VerifierInputs, *, block_rows: int, block_vocab: int) -> Reje
     grid = (triton.cdiv(B, block_rows),)
     on_gpu = p.device.type == "cuda"
     kernel_for(verify_kernel, p.device)[grid](
-        token_ids, num_accepted, ids, q_arg, p, u, B, K, V,
-        NO_DRAFT_PROBS=no_q, BLOCK_R=block_rows,
+        token_ids,
+        num_accepted,
+        ids,
+        q_arg,
+        p,
+        u,
+        B,
+        K,
+        V,
+        NO_DRAFT_PROBS=no_q,
+        BLOCK_R=block_rows,
         **({"num_warps": 1} if on_gpu else {}),  # scalar work: one warp is plenty
     )
     kernel_for(race_kernel, p.device)[grid](
-        token_ids, num_accepted, ids, q_arg, p, e, B, K, V,
-        NO_DRAFT_PROBS=no_q, BLOCK_R=block_rows, BLOCK_V=block_vocab,
+        token_ids,
+        num_accepted,
+        ids,
+        q_arg,
+        p,
+        e,
+        B,
+        K,
+        V,
+        NO_DRAFT_PROBS=no_q,
+        BLOCK_R=block_rows,
+        BLOCK_V=block_vocab,
         **({"num_warps": 8 if block_vocab >= 2048 else 4} if on_gpu else {}),
     )
     return RejectionResult(token_ids, num_accepted)
@@ -243,8 +262,12 @@ def rejection_sample_triton(
     bad input, like the reference.
     """
     inputs = prepare_inputs(
-        draft_token_ids, draft_probs, target_probs,
-        generator=generator, uniforms=uniforms, exp_noise=exp_noise,
+        draft_token_ids,
+        draft_probs,
+        target_probs,
+        generator=generator,
+        uniforms=uniforms,
+        exp_noise=exp_noise,
     )
     B, V = inputs.exp_noise.shape
     block_rows, block_vocab = launch_config(B, V, inputs.target_probs.device)
