@@ -12,7 +12,10 @@ import os
 
 import specdec_course.kernels  # noqa: F401  (chooses the interpreter before the kernels below)
 
-os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors, also on a machine with a GPU
+# The kernels below are decorated in interpreter mode (CPU tensors, also on a machine with a
+# GPU); the switch is put back after them, so that other test modules are not affected.
+_INTERPRET_BEFORE = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
 import triton  # noqa: E402
@@ -160,6 +163,12 @@ def race_stub(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constex
 
 def race_not_a_kernel(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V):
     return None
+
+
+if _INTERPRET_BEFORE is None:
+    del os.environ["TRITON_INTERPRET"]
+else:
+    os.environ["TRITON_INTERPRET"] = _INTERPRET_BEFORE
 
 
 # ----------------------------------------------------------------------------- tests
