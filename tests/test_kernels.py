@@ -92,7 +92,7 @@ def test_tiled_vocabulary_gives_the_same_tokens(V, block_vocab):
             assert_same(ref, launch(ins, block_rows=block_rows, block_vocab=block_vocab))
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_kernel_matches_reference_for_other_probability_dtypes(dtype):
     drafts, q, p = ragged_batch(16, 3, 65, seed=9)
     ref = rejection_sample(
