@@ -51,6 +51,13 @@ __all__ = [
     "roofline_floor_us",
     "cli_bench",
     "bench_speedup",
+    "time_forward",
+    "forward_costs",
+    "validation_prompts",
+    "measure_speedup",
+    "measure_medusa",
+    "format_speedup_table",
+    "format_medusa_table",
 ]
 
 BATCHES = (1, 8, 64, 256)
@@ -413,11 +420,56 @@ def bench_verifier(args: argparse.Namespace) -> int:
 
 
 def bench_speedup(args: argparse.Namespace) -> int:
-    """Measured speedup of speculative decoding over plain decoding (not built yet)."""
-    raise ValueError(
-        "`bench speedup` is not built yet in this version; "
-        "`specdec-course bench verifier` is available"
-    )
+    """``specdec-course bench speedup``: plain vs speculative decoding on the shipped pair.
+
+    Batch 1, the fixed validation prompts of ``validation_prompts`` (32 characters), 200 new
+    characters each, medians over ``--repeats`` runs, one thread; temperatures 1 and 0 unless
+    ``--temperature`` picks one. Prints the tables and the cost of one target forward over
+    1, 2, 4, 8, 16 new tokens, and saves everything as JSON (``--out`` folder, default
+    ``data/results/``, file ``speedup_cpu.json``).
+    """
+    import platform
+
+    from .data import CharTokenizer
+    from .model import load_pretrained
+
+    torch.set_num_threads(1)
+    target, draft = load_pretrained("target"), load_pretrained("draft")
+    prompts = validation_prompts(CharTokenizer(target.vocab))
+    temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
+    repeats = args.repeats or (2 if args.quick else 5)
+    ks = (1, 2, 3, 4) if args.quick else SPEEDUP_KS
+    costs = forward_costs(target, draft)
+    print("cost of one cached forward (median):")
+    for n, t, rel in zip(costs["sizes"], costs["target_s"], costs["target_rel"]):
+        print(f"  target, {n:2d} new tokens: {t * 1e6:7.0f} us = {rel:.2f} x one token")
+    print(f"  c = draft call / target call (one token) = {costs['c']:.3f}")
+    results = []
+    for temperature in temps:
+        res = measure_speedup(target, draft, prompts, ks=ks, temperature=temperature,
+                              repeats=repeats, progress=True)
+        if args.method in ("medusa", "all"):
+            res["medusa"] = measure_medusa(target, prompts, temperature=temperature,
+                                           repeats=repeats)
+        results.append(res)
+        print(format_speedup_table(res))
+        if "medusa" in res:
+            print(format_medusa_table(res))
+    out_dir = Path(args.out) if args.out else results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "speedup_cpu.json"
+    cmd = "specdec-course bench speedup" + (f" --method {args.method}" if args.method != "draft" else "")
+    payload = {
+        "command": cmd,
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread, "
+                   f"torch {torch.__version__}",
+        "date": _dt.date.today().isoformat(),
+        "forward_costs": costs,
+        "results": results,
+    }
+    path.write_text(json.dumps(payload, indent=1))
+    print(f"wrote {path}")
+    return 0
 
 
 def cli_bench(args: argparse.Namespace) -> int:
@@ -427,3 +479,168 @@ def cli_bench(args: argparse.Namespace) -> int:
     if args.what == "speedup":
         return bench_speedup(args)
     raise ValueError(f"unknown benchmark {args.what!r}; choose 'verifier' or 'speedup'")
+
+
+# ------------------------------------------------------------------------ speculative speedup
+
+SPEEDUP_KS = tuple(range(1, 9))
+FORWARD_SIZES = (1, 2, 4, 8, 16)
+
+
+def time_forward(model, n_new: int, *, context: int = 64, repeats: int = 200) -> float:
+    """Median seconds of one cached forward over ``n_new`` new tokens after ``context`` ones."""
+    import statistics
+    import time
+
+    ids = torch.randint(model.config.vocab_size, (1, context + n_new),
+                        generator=torch.Generator().manual_seed(0))
+    cache = model.new_cache(1)
+    times = []
+    with torch.inference_mode():
+        model(ids[:, :context], cache)
+        new = ids[:, context:]
+        for i in range(repeats + 10):
+            cache.crop(context)
+            t0 = time.perf_counter()
+            model(new, cache)
+            if i >= 10:  # the first calls warm up allocator and caches
+                times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dict:
+    """Cost of one cached forward over 1, 2, 4, ... new tokens, for both models.
+
+    Returns ``{"sizes", "target_s", "draft_s", "target_rel", "c"}``: seconds per call, the
+    target's cost relative to one token (1.0 = free extra tokens: the memory-bound premise),
+    and ``c`` = draft call / target call for one token.
+    """
+    t = [time_forward(target, n, repeats=repeats) for n in sizes]
+    d = [time_forward(draft, n, repeats=repeats) for n in sizes]
+    return {"sizes": list(sizes), "target_s": t, "draft_s": d,
+            "target_rel": [x / t[0] for x in t], "c": d[0] / t[0]}
+
+
+def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Tensor]:
+    """``n`` fixed ``length``-character prompts, evenly spaced through the validation split."""
+    from .data import load_corpus, train_val_split
+
+    _, val = train_val_split(tokenizer.encode(load_corpus()))
+    step = (val.numel() - length) // n
+    return [val[i * step : i * step + length].clone() for i in range(n)]
+
+
+def measure_speedup(target, draft, prompts, *, max_new_tokens: int = 200, ks=SPEEDUP_KS,
+                    temperature: float = 1.0, repeats: int = 3, seed: int = 0,
+                    progress: bool = False) -> dict:
+    """Plain target decoding against speculative decoding for each k, in one run.
+
+    Every repeat decodes every prompt once with ``generate`` and once per ``k`` with
+    ``speculative_generate`` (interleaved, so that a slow moment of the machine hits all of
+    them alike); times are summed over prompts and the median over repeats is reported.
+    For each k: acceptance rate alpha (accepted / verified drafts), mean accepted drafts per
+    iteration, tokens per target call, the measured cost ratio c (one-token draft call /
+    one-token target call), the speedup Theorem 3.8 predicts from those alpha and c, the
+    measured speedup and measured / predicted.
+    """
+    import statistics
+    import time
+
+    from . import theory
+    from .decoding import generate, speculative_generate
+
+    ks = list(ks)
+    base_t = []
+    spec_t = {k: [] for k in ks}
+    agg = {k: {"accepted": 0, "rejections": 0, "iterations": 0, "target_calls": 0,
+               "emitted": 0} for k in ks}
+    gen = torch.Generator().manual_seed(seed)
+    bar = range(repeats)
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(bar, desc=f"speedup T={temperature}")
+    for _ in bar:
+        tb = 0.0
+        ts = dict.fromkeys(ks, 0.0)
+        for prompt in prompts:
+            t0 = time.perf_counter()
+            generate(target, prompt, max_new_tokens, temperature=temperature, generator=gen)
+            tb += time.perf_counter() - t0
+            for k in ks:
+                t0 = time.perf_counter()
+                _, st = speculative_generate(target, draft, prompt, max_new_tokens, k=k,
+                                             temperature=temperature, generator=gen)
+                ts[k] += time.perf_counter() - t0
+                a = agg[k]
+                a["accepted"] += st.accepted
+                a["rejections"] += st.rejections
+                a["iterations"] += st.iterations
+                a["target_calls"] += st.target_calls
+                a["emitted"] += st.emitted
+        base_t.append(tb)
+        for k in ks:
+            spec_t[k].append(ts[k])
+    costs = forward_costs(target, draft, sizes=(1,))
+    c = costs["c"]
+    base = statistics.median(base_t)
+    rows = []
+    for k in ks:
+        a = agg[k]
+        alpha = a["accepted"] / max(1, a["accepted"] + a["rejections"])
+        measured = base / statistics.median(spec_t[k])
+        predicted = theory.speedup(min(alpha, 1.0), k, c)
+        rows.append({
+            "k": k, "alpha": alpha, "mean_accepted": a["accepted"] / a["iterations"],
+            "tokens_per_target_call": a["emitted"] / a["target_calls"], "c": c,
+            "predicted_speedup": predicted, "measured_speedup": measured,
+            "measured_over_predicted": measured / predicted,
+            "seconds": statistics.median(spec_t[k]),
+        })
+    return {"temperature": temperature, "max_new_tokens": max_new_tokens,
+            "prompts": len(prompts), "repeats": repeats, "baseline_seconds": base,
+            "c": c, "rows": rows}
+
+
+def format_speedup_table(result: dict) -> str:
+    lines = [f"temperature {result['temperature']}: plain decoding {result['baseline_seconds']:.3f}s "
+             f"for {result['prompts']} x {result['max_new_tokens']} characters, "
+             f"c = {result['c']:.3f}",
+             " k | alpha | mean acc | tok/call | predicted | measured | meas/pred",
+             "---+-------+----------+----------+-----------+----------+----------"]
+    for r in result["rows"]:
+        lines.append(f"{r['k']:2d} | {r['alpha']:.3f} | {r['mean_accepted']:8.3f} | "
+                     f"{r['tokens_per_target_call']:8.3f} | {r['predicted_speedup']:8.3f}x | "
+                     f"{r['measured_speedup']:7.3f}x | {r['measured_over_predicted']:8.3f}")
+    return "\n".join(lines)
+
+
+def measure_medusa(target, prompts, *, max_new_tokens: int = 200, temperature: float = 1.0,
+                   repeats: int = 3, trees=None) -> list[dict]:
+    """Medusa (shipped heads) against plain decoding for each tree shape, in one run.
+
+    Each tree is timed by ``medusa.run_medusa``, which alternates plain decoding and Medusa
+    on every prompt, so each speedup is a ratio of times measured side by side.
+    """
+    from . import medusa
+
+    heads = medusa.load_heads(target=target)
+    rows = []
+    for name, tree in (trees or medusa.TREES).items():
+        r = medusa.run_medusa(target, heads, prompts, max_new_tokens, tree=tree,
+                              temperature=temperature, repeats=repeats)
+        rows.append({"tree": name, "nodes": r["tree_size"],
+                     "mean_accepted_length": r["mean_accepted_length"],
+                     "tokens_per_target_call": r["tokens_per_target_call"],
+                     "measured_speedup": r["speedup"]})
+    return rows
+
+
+def format_medusa_table(result: dict) -> str:
+    lines = [f"Medusa, temperature {result['temperature']}:",
+             " tree  | nodes | accepted length | tok/call | measured speedup",
+             "-------+-------+-----------------+----------+-----------------"]
+    for r in result["medusa"]:
+        lines.append(f" {r['tree']:5s} | {r['nodes']:5d} | {r['mean_accepted_length']:15.3f} | "
+                     f"{r['tokens_per_target_call']:8.3f} | {r['measured_speedup']:15.3f}x")
+    return "\n".join(lines)

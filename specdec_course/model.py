@@ -28,7 +28,7 @@ from .paths import checkpoints_dir
 
 __all__ = [
     "GPTConfig", "CharGPT", "KVCache", "TARGET", "DRAFT", "PRESETS",
-    "save_checkpoint", "load_checkpoint", "load_pretrained", "rebuild_command",
+    "save_checkpoint", "load_checkpoint", "load_pretrained", "rebuild_command", "preset",
 ]
 
 
@@ -123,24 +123,16 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = config.dropout
 
-    def forward(self, x, cache=None, layer=0, start=0, mask=None):
+    def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         hs = C // self.n_head
         q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
-        if cache is None:
-            y = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-            )
-        else:
-            end = start + T
-            cache.k[layer, :, :, start:end] = k  # written in place: no allocation per step
-            cache.v[layer, :, :, start:end] = v
-            k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, nh, end, hs)
-            # One new token attends to everything cached: no mask needed.
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y)
 
@@ -164,8 +156,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, cache=None, layer=0, start=0, mask=None):
-        x = x + self.attn(self.ln_1(x), cache, layer, start, mask)
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
 
@@ -197,6 +189,15 @@ class CharGPT(nn.Module):
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
         self.register_buffer("_arange", torch.arange(config.block_size), persistent=False)
+        # Additive causal mask (0 on and below the diagonal, -inf above), sliced per call: a
+        # view costs nothing, where building a boolean mask costs ops on every decode step.
+        causal = torch.ones(config.block_size, config.block_size, dtype=torch.bool).tril()
+        self.register_buffer(
+            "_causal_bias",
+            torch.zeros(config.block_size, config.block_size).masked_fill(~causal, float("-inf")),
+            persistent=False,
+        )
+        self._fast_params = None
 
     @staticmethod
     def _init_weights(module):
@@ -260,8 +261,8 @@ class CharGPT(nn.Module):
                                  f"got {tuple(pos.shape)} {pos.dtype}")
             if pos.min() < 0 or pos.max() >= self.config.block_size:
                 raise ValueError(f"position_ids must lie in [0, {self.config.block_size})")
-        mask = None
         if cache is not None:
+            mask = None
             if attn_mask is not None:
                 if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) != (T, start + T):
                     raise ValueError(
@@ -269,15 +270,61 @@ class CharGPT(nn.Module):
                         f"[{T}, {start + T}]; got {tuple(attn_mask.shape)} {attn_mask.dtype}"
                     )
                 mask = attn_mask
-            elif T > 1:
-                # New token i sits at position start + i and sees keys 0 .. start + i.
-                mask = self._arange[:start + T] <= self._arange[start:start + T, None]
+            return self._decode(idx, cache, pos, mask)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for layer, block in enumerate(self.transformer.h):
-            x = block(x, cache, layer, start, mask)
-        if cache is not None:
-            cache.length = start + T
+        for block in self.transformer.h:
+            x = block(x)
         return self.transformer.ln_f(x)
+
+    def train(self, mode: bool = True):
+        self._fast_params = None  # rebuilt on the next cached call
+        return super().train(mode)
+
+    def _decode(self, idx: torch.Tensor, cache: KVCache, pos: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The cached forward, unchecked: hidden states ``[B, T, n_embd]`` of the new tokens.
+
+        The same arithmetic as the blocks' modules (``Block``, ``CausalSelfAttention``,
+        ``MLP``; tests pin the logits equal), written straight-line over the parameters.
+        At batch 1 a call costs what its few dozen small ops cost to dispatch, not their
+        arithmetic, and going through the modules (hooks, attribute look-ups, dropout
+        calls that do nothing in eval mode) doubles that. ``pos`` defaults to the next
+        positions; ``mask`` (bool, True = may attend) defaults to causal.
+        Callers check their inputs (``forward`` does); decoding loops call this directly.
+        """
+        params = self._fast_params
+        if params is None:
+            params = self._fast_params = [
+                (b.ln_1.weight, b.ln_1.bias, b.attn.c_attn.weight, b.attn.c_attn.bias,
+                 b.attn.c_proj.weight, b.attn.c_proj.bias, b.ln_2.weight, b.ln_2.bias,
+                 b.mlp.c_fc.weight, b.mlp.c_fc.bias, b.mlp.c_proj.weight, b.mlp.c_proj.bias)
+                for b in self.transformer.h
+            ]
+        B, T = idx.shape
+        cfg = self.config
+        C, nh = cfg.n_embd, cfg.n_head
+        start = cache.length
+        end = start + T
+        if pos is None:
+            x = F.embedding(idx, self.transformer.wte.weight) + self.transformer.wpe.weight[start:end]
+        else:
+            x = F.embedding(idx, self.transformer.wte.weight) + F.embedding(pos, self.transformer.wpe.weight)
+        if mask is None:
+            # One new token attends to everything cached: no mask. Several: causal, offset.
+            mask = None if T == 1 else self._causal_bias[start:end, :end]
+        ck, cv = cache.k, cache.v
+        for layer, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(params):
+            h = F.layer_norm(x, (C,), l1w, l1b)
+            qkv = F.linear(h, aw, ab).view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
+            ck[layer, :, :, start:end] = qkv[1]  # (B, nh, T, hs), written in place
+            cv[layer, :, :, start:end] = qkv[2]
+            y = F.scaled_dot_product_attention(
+                qkv[0], ck[layer, :, :, :end], cv[layer, :, :, :end], attn_mask=mask
+            )  # (B, nh, T, hs)
+            x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), pw, pb)
+            x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), l2w, l2b), fw, fb)), f2w, f2b)
+        cache.length = end
+        return F.layer_norm(x, (C,), self.transformer.ln_f.weight, self.transformer.ln_f.bias)
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None, *,
                 attn_mask: torch.Tensor | None = None,
