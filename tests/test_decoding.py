@@ -1,0 +1,182 @@
+"""Speculative decoding on the shipped pair: greedy identity, exactness, cache rollback.
+
+Chi-square tests use threshold df + 10*sqrt(2 df); over the merged bins of the joint
+distribution of two characters (df of a few hundred) the false-failure rate is below 1e-12 per
+test (asserted from the result object).
+"""
+
+import pytest
+import torch
+
+from specdec_course import decoding, stats, verifier
+from specdec_course.data import CharTokenizer, load_corpus, train_val_split
+from specdec_course.model import load_pretrained
+from specdec_course.sampling import process_logits
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pretrained("target"), load_pretrained("draft")
+
+
+@pytest.fixture(scope="module")
+def tok(pair):
+    return CharTokenizer(pair[0].vocab)
+
+
+@pytest.fixture(scope="module")
+def val_prompts(tok):
+    ids = tok.encode(load_corpus())
+    _, val = train_val_split(ids)
+    return [val[i : i + 32] for i in (0, 5000, 20000, 60000)]
+
+
+def test_greedy_speculative_matches_greedy_target(pair, val_prompts):
+    target, draft = pair
+    for prompt in val_prompts[:3]:
+        ref = decoding.generate(target, prompt, 160, temperature=0)
+        for k in range(1, 9):
+            out, st = decoding.speculative_generate(target, draft, prompt, 160, k=k, temperature=0)
+            assert torch.equal(out, ref), (
+                f"k={k}: first difference at {int((out != ref).nonzero()[0])}"
+            )
+            assert st.accepted > 0 and st.accepted < st.drafted  # both paths exercised
+
+
+def test_greedy_generate_equals_argmax_of_full_forward(pair, val_prompts):
+    target, _ = pair
+    out = decoding.generate(target, val_prompts[0], 40, temperature=0)
+    with torch.inference_mode():
+        for i in range(32, 72):
+            assert target(out[None, :i])[0, -1].argmax() == out[i]
+
+
+def _joint_exact(model, prompt, **proc):
+    """p(x1) * p(x2 | x1) after ``prompt``, from forward passes, as a [V, V] table."""
+    V = model.config.vocab_size
+    with torch.inference_mode():
+        p1 = process_logits(model(prompt[None])[0, -1], **proc).double()
+        seqs = torch.cat([prompt.expand(V, -1), torch.arange(V)[:, None]], dim=1)
+        p2 = process_logits(model(seqs)[:, -1], **proc).double()
+    joint = p1[:, None] * p2
+    return joint / joint.sum()
+
+
+def _joint_counts(target, draft, prompt, runs, seed, **proc):
+    V = target.config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(V * V, dtype=torch.long)
+    n0 = prompt.numel()
+    for _ in range(runs):
+        out, _ = decoding.speculative_generate(target, draft, prompt, 2, k=2, generator=g, **proc)
+        counts[out[n0] * V + out[n0 + 1]] += 1
+    return counts
+
+
+@pytest.mark.parametrize(
+    "proc, seed",
+    [({"temperature": 1.0}, 1), ({"temperature": 0.8, "top_k": 20, "top_p": 0.95}, 2)],
+    ids=["temperature-1", "temperature-0.8-top-k-top-p"],
+)
+def test_speculative_pipeline_matches_exact_two_character_distribution(pair, tok, proc, seed):
+    target, draft = pair
+    prompt = tok.encode("\nKING")
+    joint = _joint_exact(target, prompt, **proc)
+    counts = _joint_counts(target, draft, prompt, 50_000, seed, **proc)
+    res = stats.chi_square_test(counts, joint.flatten())
+    assert res.false_failure_rate < 1e-10
+    assert res.passed, str(res)
+
+
+def test_chi_square_flags_resampling_from_the_target(pair, tok, monkeypatch):
+    real = verifier.rejection_sample_prepared
+
+    def resample_from_p(inputs):
+        token_ids, num_accepted = real(inputs)
+        a = int(num_accepted[0])
+        if a < inputs.draft_token_ids.shape[1] and inputs.draft_token_ids[0, a] >= 0:
+            token_ids[0, a] = (inputs.target_probs[0, a].float() / inputs.exp_noise[0]).argmax()
+        return verifier.RejectionResult(token_ids, num_accepted)
+
+    monkeypatch.setattr(decoding, "rejection_sample_prepared", resample_from_p)
+    target, draft = pair
+    prompt = tok.encode("\nKING")
+    joint = _joint_exact(target, prompt)
+    counts = _joint_counts(target, draft, prompt, 20_000, seed=3)
+    res = stats.chi_square_test(counts, joint.flatten())
+    assert not res.passed, str(res)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_caches_hold_exactly_the_accepted_prefix_after_every_iteration(pair, val_prompts, k):
+    target, draft = pair
+    seen = []
+    prompt = val_prompts[1]
+    end = prompt.numel() + 120
+    prev_n = [prompt.numel()]
+
+    def check(ids, tc, dc, accepted):
+        n = ids.numel()
+        drafted = min(k, end - prev_n[0] - 1)
+        prev_n[0] = n
+        assert n == ids.numel() and accepted <= drafted
+        assert tc.length == n - 1  # everything but the pending token
+        # The draft cache lags by one exactly when all drafts were accepted: it never fed
+        # its own last draft, which it catches up on in the next iteration.
+        if drafted == 0:  # the last iteration drafted nothing: the draft was not called
+            assert dc.length <= n - 2
+        else:
+            assert dc.length == (n - 2 if accepted == drafted else n - 1)
+        assert decoding.caches_consistent(target, tc, ids)
+        assert decoding.caches_consistent(draft, dc, ids)
+        # The next logits from the rolled-back cache equal a fresh run's.
+        with torch.inference_mode():
+            fresh = target(ids[None])[0, -1]
+            cached = target(ids[None, tc.length :], tc)[0, -1]
+        tc.crop(n - 1)
+        assert torch.allclose(cached, fresh, atol=1e-4)
+        seen.append(accepted)
+
+    g = torch.Generator().manual_seed(k)
+    decoding.speculative_generate(target, draft, prompt, 120, k=k, generator=g, on_iteration=check)
+    assert min(seen) < k and max(seen) == k  # rejections and full acceptances both seen
+
+
+@pytest.mark.parametrize("max_new, k", [(0, 4), (1, 4), (2, 1), (7, 3), (50, 8), (200, 5)])
+def test_max_new_tokens_is_honoured_exactly(pair, val_prompts, max_new, k):
+    target, draft = pair
+    g = torch.Generator().manual_seed(0)
+    prompt = val_prompts[2]
+    out, st = decoding.speculative_generate(target, draft, prompt, max_new, k=k, generator=g)
+    assert out.shape == (prompt.numel() + max_new,)
+    assert torch.equal(out[: prompt.numel()], prompt)
+    assert st.emitted == max_new == st.accepted + st.iterations
+    assert st.target_calls == st.iterations and st.draft_calls == st.drafted
+    assert decoding.generate(target, prompt, max_new, generator=g).shape == out.shape
+
+
+def test_same_seed_same_output_and_different_seed_different_output(pair, val_prompts):
+    target, draft = pair
+    run = lambda s: decoding.speculative_generate(  # noqa: E731
+        target, draft, val_prompts[0], 80, k=4, generator=torch.Generator().manual_seed(s)
+    )[0]
+    assert torch.equal(run(5), run(5))
+    assert not torch.equal(run(5), run(6))
+
+
+def test_bad_prompts_and_options_raise_clear_errors(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="empty"):
+        decoding.generate(target, torch.tensor([], dtype=torch.long), 5)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        decoding.speculative_generate(target, draft, torch.tensor([3, 99]), 5)
+    with pytest.raises(ValueError, match="exceeds the context"):
+        decoding.speculative_generate(target, draft, torch.zeros(200, dtype=torch.long), 100)
+    with pytest.raises(ValueError, match="1-D"):
+        decoding.generate(target, torch.zeros(2, 3, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match="k"):
+        decoding.speculative_generate(target, draft, torch.tensor([1]), 5, k=0)
+    with pytest.raises(ValueError, match="temperature"):
+        decoding.generate(target, torch.tensor([1]), 5, temperature=-1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        decoding.generate(target, torch.tensor([1]), -1)
