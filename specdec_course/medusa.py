@@ -49,10 +49,17 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from .decoding import SpecStats, _check_prompt, _processor
+from .decoding import SpecStats, _check_prompt
 from .model import CharGPT, KVCache
 from .paths import checkpoints_dir
-from .sampling import uniform_open_closed
+from .sampling import (
+    _check_processing,
+    apply_temperature,
+    exp_noise,
+    top_k_filter,
+    top_p_filter,
+    uniform_open_closed,
+)
 
 __all__ = [
     "DEFAULT_HEADS", "LOSS_DECAY", "CHAIN", "TREE_SMALL", "TREE_LARGE", "TREES",
@@ -70,16 +77,13 @@ REBUILD_COMMAND = "specdec-course train --preset medusa"
 # Named trees (lists of paths; a path's i-th entry is the rank of head i+1's guess).
 # CHAIN: every head's top-1 guess, one after the other: the draft-model picture.
 CHAIN: tuple[tuple[int, ...], ...] = ((0,), (0, 0), (0, 0, 0))
-# The trees below are the best-ranked paths by the product of the heads' measured top-k
-# accuracies on validation text (``greedy_tree``), then checked by measured speed; see
-# lessons/06_tiny_medusa.ipynb.
-TREE_SMALL: tuple[tuple[int, ...], ...] = (
-    (0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 2), (2, 0), (0, 0, 1),
-)
+# TREE_SMALL and TREE_LARGE are Medusa's sparse trees for the shipped heads: the paths with the
+# largest products of the heads' per-rank top-1..8 accuracies on 32 validation windows
+# (``greedy_tree(head_accuracy(..., n_windows=32, top=range(1, 9))["rank"], n)``), with n = 5
+# and 13 picked by measured speed on a 2-core CPU (lessons/06_tiny_medusa.ipynb).
+TREE_SMALL: tuple[tuple[int, ...], ...] = ((0,), (1,), (2,), (3,), (0, 0))
 TREE_LARGE: tuple[tuple[int, ...], ...] = (
-    (0,), (1,), (2,), (3,), (4,), (0, 0), (0, 1), (1, 0), (0, 2), (2, 0), (1, 1), (0, 3),
-    (3, 0), (0, 0, 0), (2, 1), (0, 0, 1), (1, 2), (0, 1, 0), (4, 0), (1, 0, 0), (0, 0, 2),
-    (0, 4), (2, 2), (0, 2, 0), (1, 3), (2, 0, 0), (0, 1, 1), (3, 1), (0, 0, 3), (1, 0, 1),
+    (0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,), (0, 0), (0, 1), (0, 2), (0, 3), (1, 0),
 )
 TREES = {"chain": CHAIN, "small": TREE_SMALL, "large": TREE_LARGE}
 
@@ -385,6 +389,30 @@ def greedy_tree(accuracy: torch.Tensor, n_nodes: int) -> list[tuple[int, ...]]:
     return sorted(chosen, key=lambda p: (len(p), p))
 
 
+def _logit_processor(temperature: float, top_k: int | None, top_p: float | None):
+    """Logits -> processed logits (temperature, top-k, top-p; filtered entries at -inf).
+
+    Their softmax is the distribution sampled from, as in ``sampling.process_logits``.
+    Options are checked once, here; the returned function does as few ops as it can.
+    """
+    _check_processing(temperature, top_k, top_p)
+    if temperature == 0 or (top_k is None and top_p is None and temperature == 1.0):
+        return lambda x: x
+    if top_k is None and top_p is None:
+        inv_t = 1.0 / temperature
+        return lambda x: x * inv_t
+
+    def full(x):
+        x = apply_temperature(x.float(), temperature)
+        if top_k is not None:
+            x = top_k_filter(x, int(top_k))
+        if top_p is not None:
+            x = top_p_filter(x, float(top_p))
+        return x
+
+    return full
+
+
 def _mask_with_prefix(tree: TreeBuffers, L: int, T: int) -> torch.Tensor:
     # Every node sees the whole cached prefix, then the tree part of the mask.
     return torch.cat([tree.mask.new_ones(T, L), tree.mask[:T, :T]], dim=1)
@@ -520,8 +548,9 @@ def medusa_generate(
             f"the tree is {tb.max_depth} deep but there are only {heads.n_heads} heads; "
             "use a shallower tree or more heads"
         )
-    to_probs = _processor(temperature, top_k, top_p)
+    process = _logit_processor(temperature, top_k, top_p)
     greedy = temperature == 0
+    identity = temperature == 1.0 and top_k is None and top_p is None
     n = ids.numel()
     end = n + max_new_tokens
     out = torch.empty(end, dtype=torch.long)
@@ -543,12 +572,24 @@ def medusa_generate(
     children, path_lists, path_nodes = tb.children, tb.path_lists, tb.path_nodes
     block = model.config.block_size
 
+    if not greedy:
+        # Random numbers drawn in bulk, once per call: per iteration a row of float64
+        # uniforms in (0, 1] for the accept tests, and a row of Gumbel noise for the token
+        # sampled from what is left (Gumbel-max: argmax(logits + G) ~ softmax(logits), with
+        # rejected tokens at -inf: no renormalisation needed).
+        uniforms = uniform_open_closed((max_new_tokens, max(1, tb.size - 1)),
+                                       generator=generator)
+        gumbel = exp_noise((max_new_tokens, V), generator=generator).log_().neg_()
     cache = model.new_cache(1)
     # Prefill: the whole prompt; its last position gives the first new token and the hidden
     # state the heads read.
     logits, hid = model(out[None, :n], cache, return_hidden=True)
-    p = to_probs(logits[0, -1])
-    out[n] = p.argmax() if greedy else torch.multinomial(p, 1, generator=generator)[0]
+    if greedy:
+        first = logits[0, -1].argmax()
+    else:
+        first = (process(logits[0, -1]) + gumbel[0]).argmax()
+    # The committed text as Python ints: the walk reads and extends it without tensor ops.
+    seq = ids.tolist() + [int(first)]
     h = hid[0, -1]
     n += 1
     stats.target_calls = 1
@@ -560,7 +601,7 @@ def medusa_generate(
         L = cache.length  # == n - 1: the newest token out[n - 1] is pending
         # Tree size: no deeper than the tokens still needed, and within the context.
         T = min(tb.upto[min(tb.max_depth, end - n)], block - L)
-        tokens[0] = out[n - 1]
+        tokens[0] = seq[-1]
         if T > 1:
             # All heads on the one hidden state: [K, C] residual, [K, V] logits, top-R.
             r = F.silu(torch.addmv(bf, Wf, h)).view(Kd, C) + h  # [K, C]: the ResBlocks
@@ -574,9 +615,9 @@ def medusa_generate(
         logits = logits[0]
         t2 = clock() if clock else 0.0
         node = 0
+        tl = feed.tolist()
         if greedy:
             am = logits.argmax(-1).tolist()
-            tl = feed.tolist()
             while True:
                 want = am[node]
                 for c in children[node]:
@@ -587,10 +628,11 @@ def medusa_generate(
                     new_tok = want
                     break
         else:
-            probs = to_probs(logits)  # [T, V]
+            lg = logits if identity else process(logits)  # [T, V]
             if T > 1:
-                cp = probs[parent_index[: T - 1], feed[1:]].tolist()  # p(child | parent)
-                us = uniform_open_closed((T - 1,), generator=generator).tolist()
+                # p(child | parent) for every node, in one gather
+                cp = lg.softmax(-1)[parent_index[: T - 1], feed[1:]].tolist()
+                us = uniforms[stats.iterations].tolist()
             ui = 0
             while True:
                 rem = 1.0  # mass not yet rejected at this node
@@ -609,19 +651,17 @@ def medusa_generate(
                     rem -= pc
                     rejected.append(c)
                 else:
-                    row = probs[node]
+                    row = lg[node] + gumbel[stats.iterations + 1]
                     if rejected:
-                        row = row.clone()
-                        row[feed[rejected]] = 0.0
-                    new_tok = int(torch.multinomial(row, 1, generator=generator))
+                        row[feed[rejected]] = -math.inf
+                    new_tok = int(row.argmax())
                     break
         t3 = clock() if clock else 0.0
         path = path_lists[node]
         a = len(path)
-        if a:
-            out[n : n + a] = feed[path_nodes[node]]
+        seq.extend(tl[i] for i in path)
         if n + a < end:  # else the accepted guesses completed the output
-            out[n + a] = new_tok
+            seq.append(new_tok)
         # Keep the root and the accepted path; the new token is pending.
         if a and path != tuple(range(1, a + 1)):
             src = path_nodes[node] + L
@@ -644,7 +684,8 @@ def medusa_generate(
     stats.emitted = max_new_tokens
     if timings:
         stats.seconds = spent
-    return out[: end], stats
+    out[ids.numel() :] = torch.tensor(seq[ids.numel() : end], dtype=torch.long)
+    return out, stats
 
 
 # -------------------------------------------------------------------------- accuracy, training
@@ -904,7 +945,7 @@ def cli_train(args) -> int:
     res = train_heads(target, train_ids, steps=steps, seed=seed)
     acc = head_accuracy(target, res.heads, val_ids, n_windows=32)
     meta = {
-        "n_heads": res.heads.n_heads, "steps": steps, "seed": seed,
+        "n_heads": res.heads.n_heads, "steps": steps, "seed": seed, "batch_size": 4096,
         "threads": torch.get_num_threads(), "train_seconds": round(res.seconds, 1),
         "params": sum(p.numel() for p in res.heads.parameters()),
         "val_top1": [a[1] for a in acc["heads"]], "val_top5": [a[5] for a in acc["heads"]],
