@@ -1,0 +1,197 @@
+"""Exercise 04's checks: a correct solution earns every point, each classic off-by-one loses them.
+
+The mistakes are the ones rollback invites: keeping the rejected draft in a cache, forgetting
+that the draft model never fed its last draft after a full acceptance (its catch-up), and
+dropping the bonus (or recovered) token. Each must fail with a message that names it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec_course.grading import checks_for, grade_namespace, run_check
+
+# ----------------------------------------------------------------------------- a solution
+
+
+def rollback(cache, prefix_len, num_accepted):
+    if not 0 <= num_accepted <= cache.length - prefix_len:
+        raise ValueError("num_accepted out of range")
+    cache.crop(prefix_len + num_accepted)
+
+
+def commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache):
+    a = int(num_accepted[0])
+    new = torch.cat([ids, token_ids[0, : a + 1]])
+    rollback(target_cache, len(ids), a)
+    draft_cache.crop(min(draft_cache.length, len(new) - 1))
+    return new
+
+
+def _step(commit, catch_up=True, one_target_call=True):
+    """speculative_step built on ``commit``, with a mistake switched on when asked."""
+
+    def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
+        feed = ids[draft_cache.length :] if catch_up else ids[-1:]
+        drafts, qs = [], []
+        for _ in range(k):
+            q = draft(feed[None], draft_cache)[0, -1].softmax(-1)
+            x = torch.multinomial(q, 1, generator=generator)
+            drafts.append(x)
+            qs.append(q)
+            feed = x
+        d = torch.cat(drafts)
+        if one_target_call:
+            p = target(torch.cat([ids[-1:], d])[None], target_cache)[0].softmax(-1)
+        else:
+            p = torch.cat(
+                [target(t[None, None], target_cache)[0] for t in torch.cat([ids[-1:], d])]
+            )
+            p = p.softmax(-1)
+        token_ids, num_accepted = verify(d[None], torch.stack(qs)[None], p[None])
+        return commit(ids, token_ids, num_accepted, target_cache, draft_cache)
+
+    return speculative_step
+
+
+speculative_step = _step(commit_tokens)
+
+
+# ----------------------------------------------------------------------------- mistakes
+
+
+def rollback_keeps_rejected(cache, prefix_len, num_accepted):
+    if not 0 <= num_accepted <= cache.length - prefix_len:
+        raise ValueError("num_accepted out of range")
+    cache.crop(min(cache.length, prefix_len + num_accepted + 1))
+
+
+def rollback_unchecked(cache, prefix_len, num_accepted):
+    cache.crop(prefix_len + num_accepted)
+
+
+def rollback_zeroes_the_cache(cache, prefix_len, num_accepted):
+    rollback(cache, prefix_len, num_accepted)
+    cache.k[..., : cache.length, :] = 0
+
+
+def commit_keeps_rejected(ids, token_ids, num_accepted, target_cache, draft_cache):
+    # crop to n' instead of n' - 1: the target cache keeps the rejected draft
+    a = int(num_accepted[0])
+    new = torch.cat([ids, token_ids[0, : a + 1]])
+    target_cache.crop(min(target_cache.length, len(new)))
+    draft_cache.crop(min(draft_cache.length, len(new)))
+    return new
+
+
+def commit_forgets_catch_up(ids, token_ids, num_accepted, target_cache, draft_cache):
+    # as if the draft had fed its last draft: its cache claims n' - 1 after full acceptance
+    a = int(num_accepted[0])
+    new = torch.cat([ids, token_ids[0, : a + 1]])
+    target_cache.crop(len(new) - 1)
+    draft_cache.length = len(new) - 1
+    return new
+
+
+def commit_crops_draft_like_target(ids, token_ids, num_accepted, target_cache, draft_cache):
+    # the same, through crop: raises on full acceptance
+    a = int(num_accepted[0])
+    new = torch.cat([ids, token_ids[0, : a + 1]])
+    target_cache.crop(len(new) - 1)
+    draft_cache.crop(len(new) - 1)
+    return new
+
+
+def commit_drops_bonus(ids, token_ids, num_accepted, target_cache, draft_cache):
+    # after full acceptance only the k drafts are kept
+    a = int(num_accepted[0])
+    k = token_ids.shape[1] - 1
+    new = torch.cat([ids, token_ids[0, : min(a + 1, k)]])
+    target_cache.crop(min(target_cache.length, len(new) - 1))
+    draft_cache.crop(min(draft_cache.length, len(new) - 1))
+    return new
+
+
+def commit_keeps_placeholders(ids, token_ids, num_accepted, target_cache, draft_cache):
+    commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache)
+    return torch.cat([ids, token_ids[0]])
+
+
+def commit_draft_two_behind(ids, token_ids, num_accepted, target_cache, draft_cache):
+    new = commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache)
+    draft_cache.crop(len(new) - 2)
+    return new
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_exercise_04_has_three_checks_worth_ten_points():
+    specs = checks_for("ex04")
+    assert [s.id for s in specs] == ["ex04.rollback", "ex04.commit_tokens", "ex04.speculative_step"]
+    assert sum(s.points for s in specs) == 10
+
+
+def test_solution_earns_every_point():
+    report = grade_namespace("ex04", globals())
+    assert report.points == report.max_points == 10, report.report()
+    for r in report.results:
+        assert r.seconds < 10.0, f"{r.id} took {r.seconds:.2f} s (about 0.3 s unloaded)"
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (rollback_keeps_rejected, "kept the rejected draft"),
+        (rollback_unchecked, "raise ValueError"),
+        (rollback_zeroes_the_cache, "do not change"),
+    ],
+)
+def test_wrong_rollback_fails_with_a_diagnosis(wrong, says):
+    r = run_check("ex04.rollback", wrong)
+    assert r.status == "failed" and r.points == 0, r.report()
+    assert says in r.report(), r.report()
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (commit_keeps_rejected, "kept the rejected draft"),
+        (commit_forgets_catch_up, "forgot the draft's catch-up"),
+        (commit_crops_draft_like_target, "forgot the draft's catch-up"),
+        (commit_drops_bonus, "dropped the bonus token"),
+        (commit_keeps_placeholders, "placeholders"),
+        (commit_draft_two_behind, "cropped too far"),
+    ],
+)
+def test_wrong_commit_fails_with_a_diagnosis(wrong, says):
+    r = run_check("ex04.commit_tokens", wrong)
+    assert r.status == "failed" and r.points == 0, r.report()
+    assert says in r.report(), r.report()
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (_step(commit_tokens, catch_up=False), "forgot the draft's catch-up"),
+        (_step(commit_tokens, one_target_call=False), "ONE target call"),
+        (_step(commit_keeps_rejected), "kept the rejected draft"),
+        (_step(commit_forgets_catch_up), "forgot the draft's catch-up"),
+        (_step(commit_crops_draft_like_target), "forgot the draft's catch-up"),
+        (_step(commit_drops_bonus), "dropped the bonus token"),
+    ],
+)
+def test_wrong_step_fails_with_a_diagnosis(wrong, says):
+    r = run_check("ex04.speculative_step", wrong)
+    assert r.status == "failed" and r.points == 0, r.report()
+    assert says in r.report(), r.report()
+
+
+def test_untouched_stubs_are_not_attempted():
+    for check_id in ("ex04.rollback", "ex04.commit_tokens", "ex04.speculative_step"):
+        assert run_check(check_id, stub).status == "not attempted"
