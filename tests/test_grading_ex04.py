@@ -7,6 +7,9 @@ dropping the bonus (or recovered) token. Each must fail with a message that name
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -195,3 +198,52 @@ def test_wrong_step_fails_with_a_diagnosis(wrong, says):
 def test_untouched_stubs_are_not_attempted():
     for check_id in ("ex04.rollback", "ex04.commit_tokens", "ex04.speculative_step"):
         assert run_check(check_id, stub).status == "not attempted"
+
+
+# ----------------------------------------------------------------------------- the notebooks
+
+
+@pytest.fixture(scope="module")
+def graded_notebooks(tmp_path_factory):
+    import nbformat
+
+    from specdec_course.grading import batch
+
+    root = Path(__file__).resolve().parent.parent
+    folder = tmp_path_factory.mktemp("ex04_submissions")
+    solved = nbformat.read(root / "solutions" / "ex04_rollback.ipynb", as_version=4)
+    nbformat.write(solved, folder / "ex04_solved.ipynb")
+    untouched = nbformat.read(root / "exercises" / "ex04_rollback.ipynb", as_version=4)
+    nbformat.write(untouched, folder / "ex04_untouched.ipynb")
+    # The classic off-by-one, made in the notebook: the target cache keeps the rejected draft.
+    wrong = copy.deepcopy(solved)
+    cell = next(c for c in wrong.cells if c.source.startswith("def commit_tokens"))
+    cell.source = cell.source.replace(
+        "rollback(target_cache, len(ids), a)",
+        "target_cache.crop(min(target_cache.length, len(new_ids)))",
+    )
+    nbformat.write(wrong, folder / "ex04_keeps_rejected.ipynb")
+    results = batch.grade(
+        [folder], workers=2, cell_timeout=30, notebook_timeout=120, memory_mb=0, progress=False
+    )
+    return {Path(r.file).stem: r for r in results}
+
+
+def test_the_batch_grader_gives_the_solution_notebook_full_marks(graded_notebooks):
+    r = graded_notebooks["ex04_solved"]
+    assert r.status == "passed" and r.points == r.max_points == 10, r
+
+
+def test_the_batch_grader_gives_the_untouched_exercise_zero_as_not_attempted(graded_notebooks):
+    r = graded_notebooks["ex04_untouched"]
+    assert r.points == 0 and {c.status for c in r.checks} == {"not attempted"}, r
+
+
+def test_the_batch_grader_finds_the_rejected_draft_kept_in_a_notebook(graded_notebooks):
+    r = graded_notebooks["ex04_keeps_rejected"]
+    by_id = {c.id: c for c in r.checks}
+    assert by_id["ex04.rollback"].status == "passed"
+    assert by_id["ex04.commit_tokens"].status == "failed"
+    assert "kept the rejected draft" in by_id["ex04.commit_tokens"].message
+    assert by_id["ex04.speculative_step"].status == "failed"
+    assert r.points == 2
