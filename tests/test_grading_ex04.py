@@ -32,7 +32,7 @@ def commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache):
     return new
 
 
-def _step(commit, catch_up=True, one_target_call=True):
+def _step(commit, catch_up=True, one_target_call=True, pending=True):
     """speculative_step built on ``commit``, with a mistake switched on when asked."""
 
     def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
@@ -45,7 +45,10 @@ def _step(commit, catch_up=True, one_target_call=True):
             qs.append(q)
             feed = x
         d = torch.cat(drafts)
-        if one_target_call:
+        if not pending:  # scores the drafts only: p is one row short and shifted
+            logits = target(d[None], target_cache)[0]
+            p = torch.cat([logits[:1], logits]).softmax(-1)
+        elif one_target_call:
             p = target(torch.cat([ids[-1:], d])[None], target_cache)[0].softmax(-1)
         else:
             p = torch.cat(
@@ -183,6 +186,7 @@ def test_wrong_commit_fails_with_a_diagnosis(wrong, says):
     [
         (_step(commit_tokens, catch_up=False), "forgot the draft's catch-up"),
         (_step(commit_tokens, one_target_call=False), "ONE target call"),
+        (_step(commit_tokens, pending=False), "pending token"),
         (_step(commit_keeps_rejected), "kept the rejected draft"),
         (_step(commit_forgets_catch_up), "forgot the draft's catch-up"),
         (_step(commit_crops_draft_like_target), "forgot the draft's catch-up"),

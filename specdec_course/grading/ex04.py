@@ -432,6 +432,11 @@ def check_commit_tokens(fn) -> Iterator[Case]:
 # --------------------------------------------------------------------------- speculative_step
 
 
+def _are_probs(x: torch.Tensor) -> bool:
+    x = x.detach().double()
+    return bool((x >= 0).all() and ((x.sum(-1) - 1).abs() < 1e-4).all())
+
+
 class _ForcedVerify:
     """A ``verify(draft_ids, q, p)`` that checks what it is given and forces the outcome."""
 
@@ -468,13 +473,15 @@ class _ForcedVerify:
         ctx = torch.cat([self.ids, d])
         for c in self.counters:
             c.paused = True
-        with torch.no_grad():
-            p_ref = self.target(ctx[None])[0, n - 1 :].softmax(-1)  # [k + 1, V]
-            q_ref = torch.stack(
-                [self.draft(ctx[None, : n + j])[0, -1].softmax(-1) for j in range(k)]
-            )
-        for c in self.counters:
-            c.paused = False
+        try:
+            with torch.no_grad():
+                p_ref = self.target(ctx[None])[0, n - 1 :].softmax(-1)  # [k + 1, V]
+                q_ref = torch.stack(
+                    [self.draft(ctx[None, : n + j])[0, -1].softmax(-1) for j in range(k)]
+                )
+        finally:
+            for c in self.counters:
+                c.paused = False
         if ok_shape:
             self._check_q(q, q_ref)
             self._check_p(p, p_ref)
@@ -488,6 +495,13 @@ class _ForcedVerify:
                 f"q of shape [1, k, V] = [1, {k}, {V}]",
                 fmt(tuple(q.shape)) if isinstance(q, torch.Tensor) else fmt(q),
                 "pass verify the draft's k distributions stacked as [1, k, V]",
+            )
+            return
+        if not _are_probs(q):
+            self._fail(
+                "q: probabilities, each row summing to 1",
+                f"rows summing to {fmt(q[0].detach().double().sum(-1))}",
+                "q holds logits or log-probabilities: apply softmax to the draft's logits",
             )
             return
         err = (q[0].detach().double() - q_ref.double()).abs().amax(-1)
@@ -507,13 +521,11 @@ class _ForcedVerify:
                         " (after a full acceptance that is two: the last draft it never "
                         "fed, and the bonus token): you forgot the draft's catch-up"
                     )
-                if torch.allclose(q[0, 0].double(), q_ref[0].double().log(), atol=1e-3):
-                    msg = "q holds log-probabilities or logits: apply softmax"
             else:
+                before = "d_1" if j == 1 else f"d_1 .. d_{j}"
                 msg = (
                     f"q_{j + 1} is not the draft's distribution after the committed tokens "
-                    f"and drafts d_1..d_{j}: feed each draft to the draft model before "
-                    "drafting the next"
+                    f"and {before}: feed each draft to the draft model before drafting the next"
                 )
             self._fail(f"q_{j + 1} = {fmt(q_ref[j])}", f"{fmt(q[0, j].detach())}", msg)
 
@@ -525,6 +537,13 @@ class _ForcedVerify:
                 fmt(tuple(p.shape)) if isinstance(p, torch.Tensor) else fmt(p),
                 "the target scores the pending token and the k drafts in one call: its k + 1 "
                 "distributions, stacked as [1, k + 1, V]",
+            )
+            return
+        if not _are_probs(p):
+            self._fail(
+                "p: probabilities, each row summing to 1",
+                f"rows summing to {fmt(p[0].detach().double().sum(-1))}",
+                "p holds logits or log-probabilities: apply softmax to the target's logits",
             )
             return
         err = (p[0].detach().double() - p_ref.double()).abs().amax(-1)
