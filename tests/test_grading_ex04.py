@@ -146,8 +146,6 @@ def test_exercise_04_has_three_checks_worth_ten_points():
 def test_solution_earns_every_point():
     report = grade_namespace("ex04", globals())
     assert report.points == report.max_points == 10, report.report()
-    for r in report.results:
-        assert r.seconds < 10.0, f"{r.id} took {r.seconds:.2f} s (about 0.3 s unloaded)"
 
 
 @pytest.mark.parametrize(
