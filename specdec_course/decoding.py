@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn import functional as F
 
 from .model import CharGPT, KVCache
 from .sampling import (
@@ -177,6 +178,16 @@ class _Sampling:
         return self.logits(x).softmax(-1)
 
 
+def _next_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Logits ``[V]`` after the last of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
+    return F.linear(model._decode(ids, cache)[0, -1], model.lm_head.weight)
+
+
+def _all_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Logits ``[T, V]`` for every one of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
+    return F.linear(model._decode(ids, cache)[0], model.lm_head.weight)
+
+
 def _gumbel(exp_draws: torch.Tensor) -> torch.Tensor:
     """Gumbel(0, 1) noise from Exp(1) draws: ``-log(E)`` (finite: the draws are > 0)."""
     return exp_draws.log().neg_()
@@ -225,7 +236,7 @@ def generate(
                 smp.logits(logits) + noise[i - n0], dim=-1, keepdim=True, out=out[i : i + 1]
             )
         if i + 1 < end:
-            logits = model(out[i : i + 1][None], cache)[0, -1]
+            logits = _next_logits(model, out[i : i + 1][None], cache)
     return out
 
 
@@ -308,7 +319,7 @@ def speculative_generate(
         # --- draft: kk calls; the first one also feeds the catch-up tokens.
         feed = out[dc.length : n][None]
         for j in range(kk):
-            lg = smp.logits(draft(feed, dc)[0, -1])
+            lg = smp.logits(_next_logits(draft, feed, dc))
             draft_logits[j] = lg
             slot = feed_buf[0, j + 1 : j + 2]
             if greedy:
@@ -318,7 +329,7 @@ def speculative_generate(
             feed = feed_buf[:, j + 1 : j + 2]
         t1 = clock() if clock else 0.0
         # --- target: the pending token and the kk drafts in one forward pass.
-        p = smp.probs(target(feed_buf[:, : kk + 1], tc)[0])[None]  # [1, kk + 1, V]
+        p = smp.probs(_all_logits(target, feed_buf[:, : kk + 1], tc))[None]  # [1, kk + 1, V]
         t2 = clock() if clock else 0.0
         # --- verify (B = 1): accepted prefix + one recovered or bonus token.
         if kk:
