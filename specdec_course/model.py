@@ -305,10 +305,11 @@ class CharGPT(nn.Module):
         C, nh = cfg.n_embd, cfg.n_head
         start = cache.length
         end = start + T
+        wte, wpe = self.transformer.wte.weight, self.transformer.wpe.weight
         if pos is None:
-            x = F.embedding(idx, self.transformer.wte.weight) + self.transformer.wpe.weight[start:end]
+            x = F.embedding(idx, wte) + wpe[start:end]
         else:
-            x = F.embedding(idx, self.transformer.wte.weight) + F.embedding(pos, self.transformer.wpe.weight)
+            x = F.embedding(idx, wte) + F.embedding(pos, wpe)
         if mask is None:
             # One new token attends to everything cached: no mask. Several: causal, offset.
             mask = None if T == 1 else self._causal_bias[start:end, :end]

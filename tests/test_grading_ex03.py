@@ -103,15 +103,19 @@ def test_exercise_03_has_three_checks_worth_ten_points():
 
 
 def test_solution_earns_every_point():
-    for r in (run_check("ex03.cached_attention", cached_attention),
-              run_check("ex03.crop", cached_attention, crop),
-              run_check("ex03.measure_alpha", measure_alpha)):
+    for r in (
+        run_check("ex03.cached_attention", cached_attention),
+        run_check("ex03.crop", cached_attention, crop),
+        run_check("ex03.measure_alpha", measure_alpha),
+    ):
         assert r.status == "passed", r.report()
         assert r.points == r.max_points
 
 
-@pytest.mark.parametrize("wrong", [attention_unshifted_mask, attention_new_tensors,
-                                   attention_no_scale, attention_wrong_length])
+@pytest.mark.parametrize(
+    "wrong",
+    [attention_unshifted_mask, attention_new_tensors, attention_no_scale, attention_wrong_length],
+)
 def test_wrong_cached_attention_fails(wrong):
     r = run_check("ex03.cached_attention", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
@@ -128,8 +132,9 @@ def test_wrong_crop_fails(wrong):
     assert r.status == "failed" and r.points == 0, r.report()
 
 
-@pytest.mark.parametrize("wrong, says", [(alpha_is_tv, "TV distance"),
-                                         (alpha_ignores_temperature, "temperature")])
+@pytest.mark.parametrize(
+    "wrong, says", [(alpha_is_tv, "TV distance"), (alpha_ignores_temperature, "temperature")]
+)
 def test_wrong_alpha_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex03.measure_alpha", wrong)
     assert r.status == "failed" and says in r.report(), r.report()

@@ -8,7 +8,8 @@ import torch
 
 from specdec_course import data as D
 from specdec_course.cli import main
-from specdec_course.model import CharGPT, GPTConfig, load_checkpoint
+from specdec_course.model import CharGPT, GPTConfig, load_checkpoint, load_pretrained
+from specdec_course.paths import checkpoints_dir
 from specdec_course.train import (
     TrainConfig,
     estimate_loss,
@@ -126,3 +127,46 @@ def test_cli_reports_a_missing_init_checkpoint(tmp_path, capsys):
 def test_cli_rejects_zero_steps(tmp_path):
     assert main(["train", "--preset", "draft", "--steps", "0",
                  "--out", str(tmp_path / "x.pt")]) == 2
+
+
+# ----------------------------------------------------------------------------- shipped pair
+# The thresholds are the course's promises (target <= 1.65 nats/char, draft <= 2.00, alpha at
+# temperature 1 >= 0.80); a fixed subset of the validation split keeps this quick.
+
+SUBSET = 32  # validation windows of 256 characters: 8,192 positions
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_pretrained("target"), load_pretrained("draft")
+
+
+def test_shipped_checkpoints_load_in_eval_mode_with_the_corpus_vocabulary(shipped):
+    for m in shipped:
+        assert not m.training and m.vocab == D.VOCAB
+    assert [m.config.n_layer for m in shipped] == [4, 1]
+
+
+def test_shipped_target_reaches_its_validation_loss(shipped, split):
+    assert estimate_loss(shipped[0], split[1], SUBSET) <= 1.65
+
+
+def test_shipped_draft_reaches_its_validation_loss(shipped, split):
+    assert estimate_loss(shipped[1], split[1], SUBSET) <= 2.00
+
+
+def test_shipped_pair_accepts_at_least_80_percent_at_temperature_1(shipped, split):
+    s = pair_stats(*shipped, split[1], n_windows=2)
+    assert s.n_positions >= 400
+    assert s.alpha >= 0.80
+
+
+def test_shipped_draft_was_distilled_from_the_shipped_target(shipped):
+    meta = shipped[1].meta
+    assert meta["distilled_from"].endswith("target.pt")
+    assert meta["alpha_before_distill"] < meta["alpha_vs_teacher"]
+
+
+def test_shipped_checkpoint_files_are_at_most_3_mb():
+    for name in ("target", "draft"):
+        assert (checkpoints_dir() / f"{name}.pt").stat().st_size <= 3_000_000

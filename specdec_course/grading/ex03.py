@@ -15,7 +15,7 @@ Students implement, in ``exercises/ex03_char_lm.ipynb``:
 
 The reference is the package: :class:`specdec_course.model.KVCache` driven by the model's own
 attention layer, and :func:`specdec_course.train.next_token_probs`. Everything is exact
-arithmetic on random inputs (no sampling), compared to 1e-5.
+arithmetic on random inputs (no sampling): logits compared to 1e-4, α and buffers to 1e-5.
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ from collections.abc import Iterator
 
 import torch
 
-from specdec_course.model import CausalSelfAttention as _Attention
-from specdec_course.model import CharGPT, GPTConfig, KVCache, load_pretrained
+from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 from specdec_course.train import next_token_probs
 
 from ._support import as_number, as_vector, fmt
 from .core import Case, call, register
 
 ATOL = 1e-5
+# Logits of the check's model reach about 4; float32 reordering moves them by about 1e-6,
+# a wrong mask or scale by more than 0.1.
+LOGIT_ATOL = 1e-4
 CFG = GPTConfig(vocab_size=13, block_size=24, n_layer=1, n_head=2, n_embd=12)
 SCHEDULES = {
     "one token at a time": [1] * 8,
@@ -42,42 +44,48 @@ SCHEDULES = {
 
 
 class _Reference:
-    """The package's attention layer and KVCache, with q/k/v exposed for the student."""
+    """A one-layer package ``CharGPT`` decoding with its ``KVCache``, q/k/v exposed.
+
+    Each step feeds random new token ids to the model's own cached forward (the reference
+    logits) and hands the student the same tokens' queries, keys and values; the student's
+    attention output is then finished through the same layer (output projection, MLP, final
+    norm, ``lm_head``) and compared logit for logit.
+    """
 
     def __init__(self, seed: int, batch: int = 2):
         torch.manual_seed(seed)
-        self.attn = _Attention(CFG).eval()
-        self.cache = KVCache(CFG, batch)
+        self.model = CharGPT(CFG).eval()
+        with torch.no_grad():  # larger weights than at initialisation: sharp attention, so
+            for p in self.model.parameters():  # a wrong mask or scale shows in the logits
+                p.mul_(4.0)
+        self.cache = self.model.new_cache(batch)
         self.gen = torch.Generator().manual_seed(seed)
         self.B = batch
         self.K = torch.zeros(batch, CFG.n_head, CFG.block_size, CFG.head_dim)
         self.V = torch.zeros_like(self.K)
 
-    def qkv(self, x):
-        B, T, C = x.shape
-        q, k, v = self.attn.c_attn(x).split(C, dim=2)
-        return [
-            t.view(B, T, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous() for t in (q, k, v)
-        ]
-
     def step(self, T_new: int):
-        """New inputs ``(q, k, v)`` and the package layer's output for them (with its cache)."""
-        x = torch.randn(self.B, T_new, CFG.n_embd, generator=self.gen)
-        start = self.cache.length
-        mask = None  # as CharGPT: one new token sees every cached position
-        if T_new > 1:
-            mask = torch.arange(start + T_new) <= (start + torch.arange(T_new))[:, None]
+        """New ``(q, k, v)`` and the package's logits for the same new tokens."""
+        idx = torch.randint(0, CFG.vocab_size, (self.B, T_new), generator=self.gen)
+        m, start = self.model, self.cache.length
+        block = m.transformer.h[0]
         with torch.no_grad():
-            q, k, v = self.qkv(x)
-            expected = self.attn(x, self.cache, 0, start, mask)  # writes the package's cache
-        self.cache.length = start + T_new
+            expected = m(idx, self.cache)  # the package's cached forward; extends its cache
+            self.x = m.transformer.wte(idx) + m.transformer.wpe.weight[start:start + T_new]
+            q, k, v = block.attn.c_attn(block.ln_1(self.x)).split(CFG.n_embd, dim=2)
+        q, k, v = (t.view(self.B, T_new, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous()
+                   for t in (q, k, v))
         return q, k, v, expected
 
-    def project(self, y):
-        """The student's per-head output through the layer's output projection."""
+    def finish(self, y):
+        """The student's per-head attention output ``y``, through the rest of the model."""
+        m = self.model
+        block = m.transformer.h[0]
         B, _, T, _ = y.shape
         with torch.no_grad():
-            return self.attn.c_proj(y.float().transpose(1, 2).reshape(B, T, CFG.n_embd))
+            x = self.x + block.attn.c_proj(y.float().transpose(1, 2).reshape(B, T, CFG.n_embd))
+            x = x + block.mlp(block.ln_2(x))
+            return m.lm_head(m.transformer.ln_f(x))
 
 
 def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
@@ -124,9 +132,9 @@ def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
             "write k and v into K[:, :, length:length + T_new] in place (no new "
             "tensor: the caller keeps the buffers)",
         )
-    got = ref.project(y)
+    got = ref.finish(y)
     diff = (got - expected).abs().max().item()
-    if diff > ATOL:
+    if diff > LOGIT_ATOL:
         msg = (
             "a single new token sees every cached position: use no mask, or a causal mask "
             "offset by length (is_causal=True aligns it to position 0); scale the scores "
