@@ -254,6 +254,8 @@ class TreeBuffers:
     the end of the context uses such a prefix. Tensors:
 
     - ``mask [T, T]`` bool: node ``i`` may attend to node ``j`` (``j`` is ``i`` or an ancestor);
+    - ``bias [T, T]`` float: the same mask as an additive attention bias (0 or -inf), the form
+      the attention kernel uses (no conversion per layer and pass);
     - ``depth [T]`` int64: position offset of each node after the cached prefix;
     - ``cand_index [N]`` int64: index of node ``i``'s token in the flattened top-``R`` guesses
       of the heads ``[K * R]`` (``(depth - 1) * R + rank``);
@@ -263,6 +265,7 @@ class TreeBuffers:
 
     paths: tuple[tuple[int, ...], ...]
     mask: torch.Tensor
+    bias: torch.Tensor
     depth: torch.Tensor
     cand_index: torch.Tensor
     parent_index: torch.Tensor
@@ -349,6 +352,7 @@ def build_tree(paths: Sequence[Sequence[int]]) -> TreeBuffers:
     return TreeBuffers(
         paths=sp,
         mask=mask,
+        bias=torch.zeros(T, T).masked_fill_(~mask, float("-inf")),
         depth=torch.tensor(depth, dtype=torch.long),
         cand_index=torch.tensor([(len(p) - 1) * top_r + p[-1] for p in sp], dtype=torch.long),
         parent_index=torch.tensor(parents[1:], dtype=torch.long),
@@ -413,11 +417,6 @@ def _logit_processor(temperature: float, top_k: int | None, top_p: float | None)
     return full
 
 
-def _mask_with_prefix(tree: TreeBuffers, L: int, T: int) -> torch.Tensor:
-    # Every node sees the whole cached prefix, then the tree part of the mask.
-    return torch.cat([tree.mask.new_ones(T, L), tree.mask[:T, :T]], dim=1)
-
-
 def tree_forward(model: CharGPT, tokens: torch.Tensor, cache: KVCache, tree: TreeBuffers
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """One cached forward pass over the tree's tokens ``[T]`` (root first, breadth first).
@@ -435,11 +434,26 @@ def tree_forward(model: CharGPT, tokens: torch.Tensor, cache: KVCache, tree: Tre
     if not 1 <= T <= tree.size:
         raise ValueError(f"tokens has {T} entries; the tree has {tree.size} nodes (root included)")
     L = cache.length
-    logits, hidden = model(tokens[None], cache, attn_mask=_mask_with_prefix(tree, L, T),
-                           position_ids=tree.depth[:T] + L, return_hidden=True)
-    return logits[0], hidden[0]
+    if L + T > model.config.block_size:
+        raise ValueError(f"{L} cached + {T} tree tokens exceed block_size "
+                         f"{model.config.block_size}; use fewer nodes (tokens[:n])")
+    model._check_idx(tokens[None], cache)
+    hidden = _tree_pass(model, tokens, cache, tree, tokens.new_zeros(()).float().expand(T, L))
+    return F.linear(hidden, model.lm_head.weight), hidden
 
 
+def _tree_pass(model: CharGPT, feed: torch.Tensor, cache: KVCache, tree: TreeBuffers,
+               prefix: torch.Tensor) -> torch.Tensor:
+    # The model's unchecked cached forward (callers check): every node sees the cached
+    # prefix (``prefix``: zeros [T, L]) and its own ancestors, at position L + depth.
+    T, L = feed.numel(), cache.length
+    if T == 1:
+        return model._decode(feed[None], cache)[0]
+    bias = torch.cat([prefix, tree.bias[:T, :T]], dim=1)
+    return model._decode(feed[None], cache, tree.depth[:T] + L, bias)[0]
+
+
+@torch.inference_mode()  # the cache's buffers are often inference tensors (decoding made them)
 def compact_cache(cache: KVCache, start: int, nodes: Sequence[int] | torch.Tensor) -> None:
     """Keep the tree's root and the accepted ``nodes`` in the cache, in path order.
 
@@ -578,7 +592,7 @@ def medusa_generate(
         # sampled from what is left (Gumbel-max: argmax(logits + G) ~ softmax(logits), with
         # rejected tokens at -inf: no renormalisation needed).
         uniforms = uniform_open_closed((max_new_tokens, max(1, tb.size - 1)),
-                                       generator=generator)
+                                       generator=generator).tolist()
         gumbel = exp_noise((max_new_tokens, V), generator=generator).log_().neg_()
     cache = model.new_cache(1)
     # Prefill: the whole prompt; its last position gives the first new token and the hidden
@@ -594,7 +608,8 @@ def medusa_generate(
     n += 1
     stats.target_calls = 1
     tokens = torch.empty(tb.size, dtype=torch.long)
-    ones = torch.ones(tb.size, block, dtype=torch.bool)  # the prefix part of every mask
+    zeros = torch.zeros(tb.size, block)  # the prefix part of every attention bias
+    lm_w = model.lm_head.weight
 
     while n < end:
         t0 = clock() if clock else 0.0
@@ -609,10 +624,8 @@ def medusa_generate(
             tokens[1:] = guesses.view(-1)[cand_index]
         t1 = clock() if clock else 0.0
         feed = tokens[:T]
-        mask = torch.cat([ones[:T, :L], tb.mask[:T, :T]], dim=1)
-        logits, hid = model(feed[None], cache, attn_mask=mask,
-                            position_ids=tb.depth[:T] + L, return_hidden=True)
-        logits = logits[0]
+        hid = _tree_pass(model, feed, cache, tb, zeros[:T, :L])
+        logits = F.linear(hid, lm_w)
         t2 = clock() if clock else 0.0
         node = 0
         tl = feed.tolist()
@@ -632,7 +645,7 @@ def medusa_generate(
             if T > 1:
                 # p(child | parent) for every node, in one gather
                 cp = lg.softmax(-1)[parent_index[: T - 1], feed[1:]].tolist()
-                us = uniforms[stats.iterations].tolist()
+                us = uniforms[stats.iterations]
             ui = 0
             while True:
                 rem = 1.0  # mass not yet rejected at this node
@@ -668,7 +681,7 @@ def medusa_generate(
             for buf in (cache.k, cache.v):
                 buf[:, :, :, L + 1 : L + 1 + a] = buf.index_select(3, src)
         cache.length = L + 1 + a
-        h = hid[0, node]
+        h = hid[node]
         n = min(n + a + 1, end)
         stats.iterations += 1
         stats.drafted += T - 1

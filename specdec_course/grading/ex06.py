@@ -65,40 +65,65 @@ def check_medusa_head(cls) -> Iterator[Case]:
         head = call(f"MedusaHead(weight [{V}, {C}])", cls, w)
         name = f"C={C}, V={V}"
         if not isinstance(head, nn.Module):
-            yield Case(name, False, "an nn.Module", fmt(type(head).__name__),
-                       "MedusaHead must subclass nn.Module (call super().__init__())")
+            yield Case(
+                name,
+                False,
+                "an nn.Module",
+                fmt(type(head).__name__),
+                "MedusaHead must subclass nn.Module (call super().__init__())",
+            )
             return
         lin, lm = getattr(head, "linear", None), getattr(head, "lm_head", None)
         if not (isinstance(lin, nn.Linear) and isinstance(lm, nn.Linear)):
-            yield Case(name, False, "attributes linear and lm_head (nn.Linear)",
-                       f"linear={type(lin).__name__}, lm_head={type(lm).__name__}",
-                       "name the layers self.linear (C -> C) and self.lm_head (C -> V)")
+            yield Case(
+                name,
+                False,
+                "attributes linear and lm_head (nn.Linear)",
+                f"linear={type(lin).__name__}, lm_head={type(lm).__name__}",
+                "name the layers self.linear (C -> C) and self.lm_head (C -> V)",
+            )
             return
-        shapes = (tuple(lin.weight.shape), lin.bias is not None, tuple(lm.weight.shape),
-                  lm.bias is None)
+        shapes = (
+            tuple(lin.weight.shape),
+            lin.bias is not None,
+            tuple(lm.weight.shape),
+            lm.bias is None,
+        )
         if shapes != ((C, C), True, (V, C), True):
-            yield Case(name, False, f"linear [{C}, {C}] with bias, lm_head [{V}, {C}] no bias",
-                       fmt(shapes), "linear maps C -> C (with bias); lm_head maps C -> V "
-                       "without bias, like the target's")
+            yield Case(
+                name,
+                False,
+                f"linear [{C}, {C}] with bias, lm_head [{V}, {C}] no bias",
+                fmt(shapes),
+                "linear maps C -> C (with bias); lm_head maps C -> V "
+                "without bias, like the target's",
+            )
             return
         h = torch.randn(5, 3, C, generator=g)
         with torch.no_grad():
             fresh = call(f"{name}: forward of a fresh head", head, h)
         fresh = as_vector(fresh)
         base = (h @ w.T).double()
-        if fresh is None or fresh.shape != base.shape or not torch.allclose(fresh, base,
-                                                                            atol=ATOL):
-            yield Case(f"{name}: a fresh head equals the base head", False, fmt(base[0, 0]),
-                       fmt(None if fresh is None else fresh.flatten()[:V]),
-                       "zero the residual block's weight AND bias (SiLU(0) = 0, so the block "
-                       "is the identity) and copy lm_head_weight into lm_head")
+        if fresh is None or fresh.shape != base.shape or not torch.allclose(fresh, base, atol=ATOL):
+            yield Case(
+                f"{name}: a fresh head equals the base head",
+                False,
+                fmt(base[0, 0]),
+                fmt(None if fresh is None else fresh.flatten()[:V]),
+                "zero the residual block's weight AND bias (SiLU(0) = 0, so the block "
+                "is the identity) and copy lm_head_weight into lm_head",
+            )
             return
         yield Case(f"{name}: a fresh head equals the base head", True)
         if lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before):
-            yield Case(f"{name}: lm_head holds its own copy", False, "a copy",
-                       "the same tensor as the target's lm_head",
-                       "copy the weight (weight.copy_(w) under no_grad, or nn.Parameter("
-                       "w.clone())): training a head must not change the target")
+            yield Case(
+                f"{name}: lm_head holds its own copy",
+                False,
+                "a copy",
+                "the same tensor as the target's lm_head",
+                "copy the weight (weight.copy_(w) under no_grad, or nn.Parameter("
+                "w.clone())): training a head must not change the target",
+            )
             return
         with torch.no_grad():
             for p in head.parameters():
@@ -108,10 +133,16 @@ def check_medusa_head(cls) -> Iterator[Case]:
             got = as_vector(call(f"{name}: forward with trained weights", head, h))
             exp = ref(h).double()
         ok = got is not None and got.shape == exp.shape and torch.allclose(got, exp, atol=1e-4)
-        yield Case(f"{name}: forward with random weights", ok, fmt(exp[0, 0]),
-                   fmt(None if got is None else got.flatten()[:V]),
-                   "" if ok else "forward is lm_head(h + SiLU(linear(h))): the residual adds h "
-                   "back after the SiLU, and lm_head reads the sum")
+        yield Case(
+            f"{name}: forward with random weights",
+            ok,
+            fmt(exp[0, 0]),
+            fmt(None if got is None else got.flatten()[:V]),
+            ""
+            if ok
+            else "forward is lm_head(h + SiLU(linear(h))): the residual adds h "
+            "back after the SiLU, and lm_head reads the sum",
+        )
 
 
 # ------------------------------------------------------------------------------------ the loss
@@ -131,8 +162,9 @@ def _shifted_loss(logits, ids, shift):
         s = k + shift
         if s >= T or s < 0:
             continue
-        ce = nn.functional.cross_entropy(logits[k - 1, :, : T - s].reshape(-1, V).double(),
-                                         ids[:, s:].reshape(-1))
+        ce = nn.functional.cross_entropy(
+            logits[k - 1, :, : T - s].reshape(-1, V).double(), ids[:, s:].reshape(-1)
+        )
         total += 0.8**k * float(ce)
     return total
 
@@ -153,8 +185,10 @@ def _diagnose_loss(logits, ids, got: float) -> str:
     if close(sum(ce) / K) or close(sum(0.8**k * c for k, c in enumerate(ce, 1)) / K):
         return "sum the weighted cross-entropies over heads; do not average them"
     if close(_shifted_loss(logits, ids, 0)):
-        return "off by one: head k at position t predicts ids[t + 1 + k] (the base head " \
-               "predicts t + 1, head 1 predicts t + 2)"
+        return (
+            "off by one: head k at position t predicts ids[t + 1 + k] (the base head "
+            "predicts t + 1, head 1 predicts t + 2)"
+        )
     if close(_shifted_loss(logits, ids, 2)):
         return "shifted one too far: head k at position t predicts ids[t + 1 + k]"
     return "CE_k is the mean over the positions t < T - 1 - k of -log softmax(logits)[label]"
@@ -178,12 +212,18 @@ def check_medusa_loss(fn) -> Iterator[Case]:
         got = as_number(got_raw)
         exp = _reference_loss(logits, ids)
         if got is None:
-            yield Case(name, False, f"{exp:.6g}", fmt(got_raw), "return a scalar (a number "
-                       "or a 0-d tensor)")
+            yield Case(
+                name,
+                False,
+                f"{exp:.6g}",
+                fmt(got_raw),
+                "return a scalar (a number or a 0-d tensor)",
+            )
             return
         ok = abs(got - exp) <= 1e-5 * max(1.0, abs(exp))
-        yield Case(name, ok, f"{exp:.6g}", f"{got:.6g}",
-                   "" if ok else _diagnose_loss(logits, ids, got))
+        yield Case(
+            name, ok, f"{exp:.6g}", f"{got:.6g}", "" if ok else _diagnose_loss(logits, ids, got)
+        )
         if not ok:
             return
 
@@ -202,8 +242,10 @@ TREES = {
 
 def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
     if got.shape != exp.shape:
-        return (f"the mask is [T, T] with T = len(paths) + 1 = {exp.shape[0]}: row and column "
-                "0 are the root")
+        return (
+            f"the mask is [T, T] with T = len(paths) + 1 = {exp.shape[0]}: row and column "
+            "0 are the root"
+        )
     if torch.equal(got, exp & ~torch.eye(len(exp), dtype=torch.bool)):
         return "a node may attend to itself: set the diagonal"
     if torch.equal(got[:, 1:], exp[:, 1:]) and not got[:, 0].all():
@@ -221,10 +263,14 @@ def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
         if torch.equal(got, alt):
             return "sort the paths by (len(path), path) first: node i is the i-th sorted path"
     if torch.equal(got, exp.tril()) or torch.equal(got, torch.ones_like(exp).tril()):
-        return "a causal (lower-triangular) mask lets siblings see each other; a node sees " \
-               "only its ancestors"
-    return "mask[i, j] is True exactly when path j is a prefix of path i (the root's path () " \
-           "is a prefix of every path)"
+        return (
+            "a causal (lower-triangular) mask lets siblings see each other; a node sees "
+            "only its ancestors"
+        )
+    return (
+        "mask[i, j] is True exactly when path j is a prefix of path i (the root's path () "
+        "is a prefix of every path)"
+    )
 
 
 @register(
@@ -241,12 +287,18 @@ def check_tree_attention_mask(fn) -> Iterator[Case]:
         got_raw = call(name, fn, [tuple(p) for p in paths])
         got = as_vector(got_raw)
         if got is None:
-            yield Case(name, False, f"bool tensor {tuple(exp.shape)}", fmt(got_raw),
-                       "return a tensor (bool, or 0/1)")
+            yield Case(
+                name,
+                False,
+                f"bool tensor {tuple(exp.shape)}",
+                fmt(got_raw),
+                "return a tensor (bool, or 0/1)",
+            )
             return
         got = got != 0
         ok = got.shape == exp.shape and torch.equal(got, exp)
-        yield Case(name, ok, fmt(exp.int()), fmt(got.int()),
-                   "" if ok else _diagnose_mask(paths, got, exp))
+        yield Case(
+            name, ok, fmt(exp.int()), fmt(got.int()), "" if ok else _diagnose_mask(paths, got, exp)
+        )
         if not ok:
             return
