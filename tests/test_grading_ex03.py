@@ -144,3 +144,52 @@ def test_untouched_stubs_are_not_attempted():
     assert run_check("ex03.cached_attention", stub).status == "not attempted"
     assert run_check("ex03.crop", cached_attention, stub).status == "not attempted"
     assert run_check("ex03.measure_alpha", stub).status == "not attempted"
+
+
+# ----------------------------------------------------------------------------- the notebooks
+
+
+@pytest.fixture(scope="module")
+def graded_notebooks(tmp_path_factory):
+    import copy
+    from pathlib import Path
+
+    import nbformat
+
+    from specdec_course.grading import batch
+
+    root = Path(__file__).resolve().parent.parent
+    folder = tmp_path_factory.mktemp("ex03_submissions")
+    solved = nbformat.read(root / "solutions" / "ex03_char_lm.ipynb", as_version=4)
+    nbformat.write(solved, folder / "ex03_solved.ipynb")
+    untouched = nbformat.read(root / "exercises" / "ex03_char_lm.ipynb", as_version=4)
+    nbformat.write(untouched, folder / "ex03_untouched.ipynb")
+    # The classic mistake, made in the notebook: a causal mask that ignores the cache offset.
+    wrong = copy.deepcopy(solved)
+    cell = next(c for c in wrong.cells if c.source.startswith("def cached_attention"))
+    assert "(length + torch.arange(T_new))" in cell.source
+    cell.source = cell.source.replace("(length + torch.arange(T_new))", "torch.arange(T_new)")
+    nbformat.write(wrong, folder / "ex03_unshifted_mask.ipynb")
+    results = batch.grade(
+        [folder], workers=2, cell_timeout=30, notebook_timeout=120, memory_mb=0, progress=False
+    )
+    return {Path(r.file).stem: r for r in results}
+
+
+def test_the_batch_grader_gives_the_solution_notebook_full_marks(graded_notebooks):
+    r = graded_notebooks["ex03_solved"]
+    assert r.status == "passed" and r.points == r.max_points == 10, r
+
+
+def test_the_batch_grader_gives_the_untouched_exercise_zero_as_not_attempted(graded_notebooks):
+    r = graded_notebooks["ex03_untouched"]
+    assert r.points == 0 and {c.status for c in r.checks} == {"not attempted"}, r
+
+
+def test_the_batch_grader_finds_an_unshifted_mask_in_a_notebook(graded_notebooks):
+    r = graded_notebooks["ex03_unshifted_mask"]
+    by_id = {c.id: c for c in r.checks}
+    assert by_id["ex03.cached_attention"].status == "failed"
+    assert by_id["ex03.crop"].status == "failed"  # its check steps through cached_attention
+    assert by_id["ex03.measure_alpha"].status == "passed"
+    assert r.points == 4
