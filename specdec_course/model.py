@@ -459,7 +459,7 @@ def load_pretrained(name: str) -> CharGPT:
     if name not in PRESETS:
         raise ValueError(
             f"name must be 'target' or 'draft'; got {name!r} (Medusa heads load from "
-            "specdec_course.medusa)"
+            "specdec_course.medusa.load_heads())"
         )
     model, ckpt = load_checkpoint(checkpoints_dir() / f"{name}.pt", rebuild=rebuild_command(name))
     model.vocab = ckpt["vocab"]
