@@ -280,6 +280,15 @@ class CharGPT(nn.Module):
         self._fast_params = None  # rebuilt on the next cached call
         return super().train(mode)
 
+    # Anything that may replace the parameter tensors drops the cached references to them.
+    def load_state_dict(self, *args, **kwargs):
+        self._fast_params = None
+        return super().load_state_dict(*args, **kwargs)
+
+    def _apply(self, *args, **kwargs):
+        self._fast_params = None
+        return super()._apply(*args, **kwargs)
+
     def _decode(self, idx: torch.Tensor, cache: KVCache, pos: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """The cached forward, unchecked: hidden states ``[B, T, n_embd]`` of the new tokens.

@@ -67,6 +67,16 @@ def test_cached_decoding_matches_full_forward(model, sizes):
     torch.testing.assert_close(cached, full, atol=ATOL, rtol=0)
 
 
+def test_cached_decoding_follows_weights_loaded_after_a_cached_call(model):
+    x = ids(1, 6)
+    model(x, model.new_cache())  # the cached path has now seen the old weights
+    torch.manual_seed(1)
+    other = CharGPT(SMALL).eval()
+    model.load_state_dict(other.state_dict(), assign=True)  # new parameter tensors
+    cached, _ = run_in_chunks(model, x, [2, 1, 3])
+    torch.testing.assert_close(cached, other(x), atol=ATOL, rtol=0)
+
+
 def test_cache_fills_the_whole_context(model):
     x = ids(1, SMALL.block_size)
     cached, cache = run_in_chunks(model, x, [SMALL.block_size - 3, 1, 2])
