@@ -73,16 +73,16 @@ def _joint_counts(target, draft, prompt, runs, seed, **proc):
     return counts
 
 
-@pytest.mark.parametrize(
-    "proc, seed",
-    [({"temperature": 1.0}, 1), ({"temperature": 0.8, "top_k": 20, "top_p": 0.95}, 2)],
-    ids=["temperature-1", "temperature-0.8-top-k-top-p"],
-)
-def test_speculative_pipeline_matches_exact_two_character_distribution(pair, tok, proc, seed):
+def test_speculative_pipeline_matches_exact_two_character_distribution(pair, tok):
+    """50,000 runs of the whole pipeline (draft sampling, one target call over the pending
+    token and the draft, verifier, rollback, the no-draft last iteration after a rejection)
+    at temperature 0.8 with top-k and top-p, against p(x1) * p(x2 | x1) from forward
+    passes. A one-character prompt keeps each run to three or four model calls."""
     target, draft = pair
-    prompt = tok.encode("\nKING")
+    proc = {"temperature": 0.8, "top_k": 20, "top_p": 0.95}
+    prompt = tok.encode("\n")
     joint = _joint_exact(target, prompt, **proc)
-    counts = _joint_counts(target, draft, prompt, 50_000, seed, **proc)
+    counts = _joint_counts(target, draft, prompt, 50_000, seed=2, **proc)
     res = stats.chi_square_test(counts, joint.flatten())
     assert res.false_failure_rate < 1e-10
     assert res.passed, str(res)
@@ -100,10 +100,14 @@ def test_chi_square_flags_resampling_from_the_target(pair, tok, monkeypatch):
 
     monkeypatch.setattr(decoding, "rejection_sample_prepared", resample_from_p)
     target, draft = pair
-    prompt = tok.encode("\nKING")
-    joint = _joint_exact(target, prompt)
-    counts = _joint_counts(target, draft, prompt, 20_000, seed=3)
-    res = stats.chi_square_test(counts, joint.flatten())
+    prompt = tok.encode("\n")
+    # The naive rule's law of the first character after this prompt differs from p by a
+    # chi-square noncentrality of about 0.03 per run: at 10,000 runs the statistic is expected
+    # near 300 above its df (about 40), against a threshold near 130.
+    V = target.config.vocab_size
+    first = _joint_exact(target, prompt).sum(dim=1)
+    counts = _joint_counts(target, draft, prompt, 10_000, seed=3).view(V, V).sum(dim=1)
+    res = stats.chi_square_test(counts, first)
     assert not res.passed, str(res)
 
 
