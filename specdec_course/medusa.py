@@ -156,18 +156,23 @@ class MedusaHeads(nn.Module):
         return torch.stack([head(h) for head in self.heads])
 
     def _fused(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The first ``k`` heads as ``(W [kC, C], b [kC], block-diagonal L [kV, kC])``.
+        """The first ``k`` heads as three matrices for two matrix-vector products.
 
-        Kept until a parameter changes (their version counters), so that short generations
-        do not pay for rebuilding them on every call.
+        ``head_j(h) = L_j h + L_j SiLU(W_j h + b_j)``, so with ``M = [W_1; ..; W_k; L_1; ..;
+        L_k]`` (``[kC + kV, C]``), ``m = [b; 0]`` and the block-diagonal ``D = diag(L_j)``,
+        ``u = M h + m`` and ``logits = u[kC:] + D SiLU(u[:kC])``: every head in three ops.
+        Returns ``(M, m, D)``, kept until a parameter changes (their version counters), so
+        that short generations do not pay for rebuilding them on every call.
         """
         key = (k, tuple(p._version for p in self.parameters()),
                tuple(p.data_ptr() for p in self.parameters()))
         cached = getattr(self, "_fused_cache", None)
         if cached is None or cached[0] != key:
             W, b, L = (t[:k] for t in self.stacked())
-            C = self.n_embd
-            cached = (key, (W.reshape(k * C, C), b.reshape(k * C), torch.block_diag(*L)))
+            C, V = self.n_embd, self.vocab_size
+            M = torch.cat([W.reshape(k * C, C), L.reshape(k * V, C)])
+            m = torch.cat([b.reshape(k * C), b.new_zeros(k * V)])
+            cached = (key, (M, m, torch.block_diag(*L)))
             self._fused_cache = cached
         return cached[1]
 
@@ -393,6 +398,23 @@ def greedy_tree(accuracy: torch.Tensor, n_nodes: int) -> list[tuple[int, ...]]:
     return sorted(chosen, key=lambda p: (len(p), p))
 
 
+def _sample_rest(probs: list[float], u: float) -> int:
+    """Index ``i`` with probability ``probs[i] / sum(probs)`` by inverse CDF, for ``u`` in (0, 1].
+
+    Entries that are 0 (rejected guesses, filtered tokens) are never returned; 65 Python
+    additions cost less than the tensor ops of a sample on the CPU.
+    """
+    target = u * sum(probs)
+    acc, last = 0.0, 0
+    for i, p in enumerate(probs):
+        if p > 0.0:
+            acc += p
+            last = i
+            if acc >= target:
+                return i
+    return last  # rounding left target a hair above the total
+
+
 def _logit_processor(temperature: float, top_k: int | None, top_p: float | None):
     """Logits -> processed logits (temperature, top-k, top-p; filtered entries at -inf).
 
@@ -575,25 +597,24 @@ def medusa_generate(
     clock = time.perf_counter if timings else None
     spent = {"heads": 0.0, "target": 0.0, "walk": 0.0, "cache": 0.0}
 
-    # Only the heads the tree reaches, as one matrix-vector product each for the residual
-    # blocks and the output layers (block-diagonal): small batched matmuls (bmm) cost
-    # several times more per call on a CPU.
+    # Only the heads the tree reaches, fused into two matrix-vector products (see
+    # MedusaHeads._fused): small batched matmuls (bmm) cost several times more on a CPU.
     Kd = max(1, tb.max_depth)
-    Wf, bf, Lbd = heads._fused(Kd)
+    M, m, D = heads._fused(Kd)
     C, V = heads.n_embd, heads.vocab_size
+    KC = Kd * C
     R = tb.top_r
-    cand_index, parent_index = tb.cand_index, tb.parent_index
+    cand_index = tb.cand_index
     children, path_lists, path_nodes = tb.children, tb.path_lists, tb.path_nodes
     block = model.config.block_size
 
     if not greedy:
-        # Random numbers drawn in bulk, once per call: per iteration a row of float64
-        # uniforms in (0, 1] for the accept tests, and a row of Gumbel noise for the token
-        # sampled from what is left (Gumbel-max: argmax(logits + G) ~ softmax(logits), with
-        # rejected tokens at -inf: no renormalisation needed).
-        uniforms = uniform_open_closed((max_new_tokens, max(1, tb.size - 1)),
-                                       generator=generator).tolist()
-        gumbel = exp_noise((max_new_tokens, V), generator=generator).log_().neg_()
+        # Random numbers drawn in bulk, once per call: per pass a row of float64 uniforms in
+        # (0, 1], one per child tried plus one for the token sampled from what is left;
+        # Gumbel noise for the prefill's token (Gumbel-max: argmax(logits + G) is a sample
+        # of softmax(logits)).
+        uniforms = uniform_open_closed((max_new_tokens, tb.size), generator=generator).tolist()
+        gumbel = exp_noise((V,), generator=generator).log_().neg_()
     cache = model.new_cache(1)
     # Prefill: the whole prompt; its last position gives the first new token and the hidden
     # state the heads read.
@@ -601,7 +622,7 @@ def medusa_generate(
     if greedy:
         first = logits[0, -1].argmax()
     else:
-        first = (process(logits[0, -1]) + gumbel[0]).argmax()
+        first = (process(logits[0, -1]) + gumbel).argmax()
     # The committed text as Python ints: the walk reads and extends it without tensor ops.
     seq = ids.tolist() + [int(first)]
     h = hid[0, -1]
@@ -619,9 +640,9 @@ def medusa_generate(
         tokens[0] = seq[-1]
         if T > 1:
             # All heads on the one hidden state: [K, C] residual, [K, V] logits, top-R.
-            r = F.silu(torch.addmv(bf, Wf, h)).view(Kd, C) + h  # [K, C]: the ResBlocks
-            guesses = torch.mv(Lbd, r.view(-1)).view(Kd, V).topk(R, dim=-1).indices
-            tokens[1:] = guesses.view(-1)[cand_index]
+            u = torch.addmv(m, M, h)  # [K*C residual pre-activations; K*V base logits]
+            guesses = torch.addmv(u[KC:], D, F.silu(u[:KC])).view(Kd, V).topk(R, dim=-1)
+            tokens[1:] = guesses.indices.take(cand_index)
         t1 = clock() if clock else 0.0
         feed = tokens[:T]
         hid = _tree_pass(model, feed, cache, tb, zeros[:T, :L])
@@ -641,19 +662,18 @@ def medusa_generate(
                     new_tok = want
                     break
         else:
-            lg = logits if identity else process(logits)  # [T, V]
-            if T > 1:
-                # p(child | parent) for every node, in one gather
-                cp = lg.softmax(-1)[parent_index[: T - 1], feed[1:]].tolist()
-                us = uniforms[stats.iterations]
+            probs = (logits if identity else process(logits)).softmax(-1)  # [T, V]
+            us = uniforms[stats.iterations]
             ui = 0
             while True:
-                rem = 1.0  # mass not yet rejected at this node
-                rejected = []
+                # The walk reads a node's distribution as Python floats: the few visited
+                # nodes cost one conversion each instead of several small tensor ops.
+                prow = probs[node].tolist()
+                rem = sum(prow)  # mass not yet rejected at this node
                 for c in children[node]:
                     if c >= T:  # outside a truncated tree (children come in index order)
                         continue
-                    pc = cp[c - 1]
+                    pc = prow[tl[c]]
                     u = us[ui]
                     ui += 1
                     # u <= pc / rem, multiplied out; a child holding all the remaining
@@ -662,12 +682,9 @@ def medusa_generate(
                         node = c
                         break
                     rem -= pc
-                    rejected.append(c)
+                    prow[tl[c]] = 0.0  # rejected: renormalising is implicit in rem
                 else:
-                    row = lg[node] + gumbel[stats.iterations + 1]
-                    if rejected:
-                        row[feed[rejected]] = -math.inf
-                    new_tok = int(row.argmax())
+                    new_tok = _sample_rest(prow, us[ui])
                     break
         t3 = clock() if clock else 0.0
         path = path_lists[node]
