@@ -446,11 +446,13 @@ def bench_speedup(args: argparse.Namespace) -> int:
     print(f"  c = draft call / target call (one token) = {costs['c']:.3f}")
     results = []
     for temperature in temps:
-        res = measure_speedup(target, draft, prompts, ks=ks, temperature=temperature,
-                              repeats=repeats, progress=True)
+        res = measure_speedup(
+            target, draft, prompts, ks=ks, temperature=temperature, repeats=repeats, progress=True
+        )
         if args.method in ("medusa", "all"):
-            res["medusa"] = measure_medusa(target, prompts, temperature=temperature,
-                                           repeats=repeats)
+            res["medusa"] = measure_medusa(
+                target, prompts, temperature=temperature, repeats=repeats
+            )
         results.append(res)
         print(format_speedup_table(res))
         if "medusa" in res:
@@ -458,11 +460,13 @@ def bench_speedup(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "speedup_cpu.json"
-    cmd = "specdec-course bench speedup" + (f" --method {args.method}" if args.method != "draft" else "")
+    cmd = "specdec-course bench speedup" + (
+        f" --method {args.method}" if args.method != "draft" else ""
+    )
     payload = {
         "command": cmd,
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread, "
-                   f"torch {torch.__version__}",
+        f"torch {torch.__version__}",
         "date": _dt.date.today().isoformat(),
         "forward_costs": costs,
         "results": results,
@@ -487,38 +491,67 @@ SPEEDUP_KS = tuple(range(1, 9))
 FORWARD_SIZES = (1, 2, 4, 8, 16)  # the sizes `bench speedup` prints
 
 
+def _forward_timer(model, n_new: int, context: int):
+    """A function that runs one cached forward over ``n_new`` tokens and returns seconds."""
+    import time
+
+    ids = torch.randint(
+        model.config.vocab_size, (1, context + n_new), generator=torch.Generator().manual_seed(0)
+    )
+    cache = model.new_cache(1)
+    with torch.inference_mode():
+        model(ids[:, :context], cache)
+    new = ids[:, context:]
+
+    @torch.inference_mode()
+    def once() -> float:
+        cache.crop(context)
+        t0 = time.perf_counter()
+        model._decode(new, cache)
+        return time.perf_counter() - t0
+
+    return once
+
+
 def time_forward(model, n_new: int, *, context: int = 64, repeats: int = 200) -> float:
     """Median seconds of one cached forward over ``n_new`` new tokens after ``context`` ones."""
     import statistics
-    import time
 
-    ids = torch.randint(model.config.vocab_size, (1, context + n_new),
-                        generator=torch.Generator().manual_seed(0))
-    cache = model.new_cache(1)
-    times = []
-    with torch.inference_mode():
-        model(ids[:, :context], cache)
-        new = ids[:, context:]
-        for i in range(repeats + 10):
-            cache.crop(context)
-            t0 = time.perf_counter()
-            model(new, cache)
-            if i >= 10:  # the first calls warm up allocator and caches
-                times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    once = _forward_timer(model, n_new, context)
+    for _ in range(10):  # warm up allocator and caches
+        once()
+    return statistics.median(once() for _ in range(repeats))
 
 
 def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dict:
     """Cost of one cached forward over 1, 2, 4, ... new tokens, for both models.
 
-    Returns ``{"sizes", "target_s", "draft_s", "target_rel", "c"}``: seconds per call, the
-    target's cost relative to one token (1.0 = free extra tokens: the memory-bound premise),
-    and ``c`` = draft call / target call for one token.
+    The sizes and models are timed round-robin (one call each per round, ``repeats``
+    rounds) and the median per size is kept, so a slow moment of the machine hits all of
+    them alike. Returns ``{"sizes", "target_s", "draft_s", "target_rel", "c"}``: seconds
+    per call, the target's cost relative to one token (1.0 = extra tokens are free: the
+    memory-bound premise), and ``c`` = draft call / target call for one token.
     """
-    t = [time_forward(target, n, repeats=repeats) for n in sizes]
-    d = [time_forward(draft, n, repeats=repeats) for n in sizes]
-    return {"sizes": list(sizes), "target_s": t, "draft_s": d,
-            "target_rel": [x / t[0] for x in t], "c": d[0] / t[0]}
+    import statistics
+
+    sizes = list(sizes)
+    timers = [(_forward_timer(target, n, 64), _forward_timer(draft, n, 64)) for n in sizes]
+    runs = [([], []) for _ in sizes]
+    for r in range(repeats + 10):
+        for (tt, dt), (ts, ds) in zip(timers, runs):
+            a, b = tt(), dt()
+            if r >= 10:  # the first rounds warm up allocator and caches
+                ts.append(a)
+                ds.append(b)
+    t = [statistics.median(ts) for ts, _ in runs]
+    d = [statistics.median(ds) for _, ds in runs]
+    return {
+        "sizes": sizes,
+        "target_s": t,
+        "draft_s": d,
+        "target_rel": [x / t[0] for x in t],
+        "c": d[0] / t[0],
+    }
 
 
 def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Tensor]:
@@ -530,9 +563,18 @@ def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Te
     return [val[i * step : i * step + length].clone() for i in range(n)]
 
 
-def measure_speedup(target, draft, prompts, *, max_new_tokens: int = 200, ks=SPEEDUP_KS,
-                    temperature: float = 1.0, repeats: int = 3, seed: int = 0,
-                    progress: bool = False) -> dict:
+def measure_speedup(
+    target,
+    draft,
+    prompts,
+    *,
+    max_new_tokens: int = 200,
+    ks=SPEEDUP_KS,
+    temperature: float = 1.0,
+    repeats: int = 3,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict:
     """Plain target decoding against speculative decoding for each k, in one run.
 
     Every repeat decodes every prompt once with ``generate`` and once per ``k`` with
@@ -556,8 +598,18 @@ def measure_speedup(target, draft, prompts, *, max_new_tokens: int = 200, ks=SPE
     ks = list(ks)
     base_t = []
     spec_t = {k: [] for k in ks}
-    agg = {k: {"accepted": 0, "rejections": 0, "iterations": 0, "target_calls": 0,
-               "emitted": 0, "draft_s": 0.0, "draft_calls": 0} for k in ks}
+    agg = {
+        k: {
+            "accepted": 0,
+            "rejections": 0,
+            "iterations": 0,
+            "target_calls": 0,
+            "emitted": 0,
+            "draft_s": 0.0,
+            "draft_calls": 0,
+        }
+        for k in ks
+    }
     base_tokens = 0
     gen = torch.Generator().manual_seed(seed)
     bar = range(repeats)
@@ -575,9 +627,16 @@ def measure_speedup(target, draft, prompts, *, max_new_tokens: int = 200, ks=SPE
             base_tokens += max_new_tokens
             for k in ks:
                 t0 = time.perf_counter()
-                _, st = speculative_generate(target, draft, prompt, max_new_tokens, k=k,
-                                             temperature=temperature, generator=gen,
-                                             timings=True)
+                _, st = speculative_generate(
+                    target,
+                    draft,
+                    prompt,
+                    max_new_tokens,
+                    k=k,
+                    temperature=temperature,
+                    generator=gen,
+                    timings=True,
+                )
                 ts[k] += time.perf_counter() - t0
                 a = agg[k]
                 a["accepted"] += st.accepted
@@ -605,37 +664,61 @@ def measure_speedup(target, draft, prompts, *, max_new_tokens: int = 200, ks=SPE
         measured = base / statistics.median(spec_t[k])
         predicted = theory.speedup(min(alpha, 1.0), k, c)
         tokens = theory.expected_tokens(min(alpha, 1.0), k)
-        rows.append({
-            # What the forwards alone allow: Theorem 3.8's count of tokens, but the target
-            # call priced at its measured cost over k + 1 tokens and nothing else in the loop.
-            "forward_ceiling": tokens * t_fwd[0] / (k * d_fwd[0] + t_fwd[k]),
-            "k": k, "alpha": alpha, "mean_accepted": a["accepted"] / a["iterations"],
-            "tokens_per_target_call": a["emitted"] / a["target_calls"], "c": c,
-            "predicted_speedup": predicted, "measured_speedup": measured,
-            "measured_over_predicted": measured / predicted,
-            "seconds": statistics.median(spec_t[k]),
-        })
-    return {"temperature": temperature, "max_new_tokens": max_new_tokens,
-            "prompts": len(prompts), "repeats": repeats, "baseline_seconds": base,
-            "c": c, "c_forward": c_forward, "rows": rows}
+        rows.append(
+            {
+                # What the forwards alone allow: Theorem 3.8's count of tokens, but the target
+                # call priced at its measured cost over k + 1 tokens and nothing else in the loop.
+                "forward_ceiling": tokens * t_fwd[0] / (k * d_fwd[0] + t_fwd[k]),
+                "k": k,
+                "alpha": alpha,
+                "mean_accepted": a["accepted"] / a["iterations"],
+                "tokens_per_target_call": a["emitted"] / a["target_calls"],
+                "c": c,
+                "predicted_speedup": predicted,
+                "measured_speedup": measured,
+                "measured_over_predicted": measured / predicted,
+                "seconds": statistics.median(spec_t[k]),
+            }
+        )
+    return {
+        "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
+        "prompts": len(prompts),
+        "repeats": repeats,
+        "baseline_seconds": base,
+        "c": c,
+        "c_forward": c_forward,
+        "rows": rows,
+    }
 
 
 def format_speedup_table(result: dict) -> str:
-    lines = [f"temperature {result['temperature']}: plain decoding {result['baseline_seconds']:.3f}s "
-             f"for {result['prompts']} x {result['max_new_tokens']} characters, "
-             f"c = {result['c']:.3f} (forward only: {result['c_forward']:.3f})",
-             " k | alpha | mean acc | tok/call | predicted | measured | meas/pred | forward ceiling",
-             "---+-------+----------+----------+-----------+----------+-----------+----------------"]
+    lines = [
+        f"temperature {result['temperature']}: plain decoding {result['baseline_seconds']:.3f}s "
+        f"for {result['prompts']} x {result['max_new_tokens']} characters, "
+        f"c = {result['c']:.3f} (forward only: {result['c_forward']:.3f})",
+        " k | alpha | mean acc | tok/call | predicted | measured | meas/pred | forward ceiling",
+        "---+-------+----------+----------+-----------+----------+-----------+----------------",
+    ]
     for r in result["rows"]:
-        lines.append(f"{r['k']:2d} | {r['alpha']:.3f} | {r['mean_accepted']:8.3f} | "
-                     f"{r['tokens_per_target_call']:8.3f} | {r['predicted_speedup']:8.3f}x | "
-                     f"{r['measured_speedup']:7.3f}x | {r['measured_over_predicted']:9.3f} | "
-                     f"{r['forward_ceiling']:14.3f}x")
+        lines.append(
+            f"{r['k']:2d} | {r['alpha']:.3f} | {r['mean_accepted']:8.3f} | "
+            f"{r['tokens_per_target_call']:8.3f} | {r['predicted_speedup']:8.3f}x | "
+            f"{r['measured_speedup']:7.3f}x | {r['measured_over_predicted']:9.3f} | "
+            f"{r['forward_ceiling']:14.3f}x"
+        )
     return "\n".join(lines)
 
 
-def measure_medusa(target, prompts, *, max_new_tokens: int = 200, temperature: float = 1.0,
-                   repeats: int = 3, trees=None) -> list[dict]:
+def measure_medusa(
+    target,
+    prompts,
+    *,
+    max_new_tokens: int = 200,
+    temperature: float = 1.0,
+    repeats: int = 3,
+    trees=None,
+) -> list[dict]:
     """Medusa (shipped heads) against plain decoding for each tree shape, in one run.
 
     Each tree is timed by ``medusa.run_medusa``, which alternates plain decoding and Medusa
@@ -646,20 +729,36 @@ def measure_medusa(target, prompts, *, max_new_tokens: int = 200, temperature: f
     heads = medusa.load_heads(target=target)
     rows = []
     for name, tree in (trees or medusa.TREES).items():
-        r = medusa.run_medusa(target, heads, prompts, max_new_tokens, tree=tree,
-                              temperature=temperature, repeats=repeats)
-        rows.append({"tree": name, "nodes": r["tree_size"],
-                     "mean_accepted_length": r["mean_accepted_length"],
-                     "tokens_per_target_call": r["tokens_per_target_call"],
-                     "measured_speedup": r["speedup"]})
+        r = medusa.run_medusa(
+            target,
+            heads,
+            prompts,
+            max_new_tokens,
+            tree=tree,
+            temperature=temperature,
+            repeats=repeats,
+        )
+        rows.append(
+            {
+                "tree": name,
+                "nodes": r["tree_size"],
+                "mean_accepted_length": r["mean_accepted_length"],
+                "tokens_per_target_call": r["tokens_per_target_call"],
+                "measured_speedup": r["speedup"],
+            }
+        )
     return rows
 
 
 def format_medusa_table(result: dict) -> str:
-    lines = [f"Medusa, temperature {result['temperature']}:",
-             " tree  | nodes | accepted length | tok/call | measured speedup",
-             "-------+-------+-----------------+----------+-----------------"]
+    lines = [
+        f"Medusa, temperature {result['temperature']}:",
+        " tree  | nodes | accepted length | tok/call | measured speedup",
+        "-------+-------+-----------------+----------+-----------------",
+    ]
     for r in result["medusa"]:
-        lines.append(f" {r['tree']:5s} | {r['nodes']:5d} | {r['mean_accepted_length']:15.3f} | "
-                     f"{r['tokens_per_target_call']:8.3f} | {r['measured_speedup']:15.3f}x")
+        lines.append(
+            f" {r['tree']:5s} | {r['nodes']:5d} | {r['mean_accepted_length']:15.3f} | "
+            f"{r['tokens_per_target_call']:8.3f} | {r['measured_speedup']:15.3f}x"
+        )
     return "\n".join(lines)
