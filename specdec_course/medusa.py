@@ -49,17 +49,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from .decoding import SpecStats, _check_prompt
+from .decoding import SpecStats, _check_prompt, _Sampling
 from .model import CharGPT, KVCache
 from .paths import checkpoints_dir
-from .sampling import (
-    _check_processing,
-    apply_temperature,
-    exp_noise,
-    top_k_filter,
-    top_p_filter,
-    uniform_open_closed,
-)
+from .sampling import exp_noise, uniform_open_closed
 
 __all__ = [
     "DEFAULT_HEADS", "LOSS_DECAY", "CHAIN", "TREE_SMALL", "TREE_LARGE", "TREES",
@@ -415,30 +408,6 @@ def _sample_rest(probs: list[float], u: float) -> int:
     return last  # rounding left target a hair above the total
 
 
-def _logit_processor(temperature: float, top_k: int | None, top_p: float | None):
-    """Logits -> processed logits (temperature, top-k, top-p; filtered entries at -inf).
-
-    Their softmax is the distribution sampled from, as in ``sampling.process_logits``.
-    Options are checked once, here; the returned function does as few ops as it can.
-    """
-    _check_processing(temperature, top_k, top_p)
-    if temperature == 0 or (top_k is None and top_p is None and temperature == 1.0):
-        return lambda x: x
-    if top_k is None and top_p is None:
-        inv_t = 1.0 / temperature
-        return lambda x: x * inv_t
-
-    def full(x):
-        x = apply_temperature(x.float(), temperature)
-        if top_k is not None:
-            x = top_k_filter(x, int(top_k))
-        if top_p is not None:
-            x = top_p_filter(x, float(top_p))
-        return x
-
-    return full
-
-
 def tree_forward(model: CharGPT, tokens: torch.Tensor, cache: KVCache, tree: TreeBuffers
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """One cached forward pass over the tree's tokens ``[T]`` (root first, breadth first).
@@ -584,7 +553,7 @@ def medusa_generate(
             f"the tree is {tb.max_depth} deep but there are only {heads.n_heads} heads; "
             "use a shallower tree or more heads"
         )
-    process = _logit_processor(temperature, top_k, top_p)
+    process = _Sampling(temperature, top_k, top_p).logits  # checks the options
     greedy = temperature == 0
     identity = temperature == 1.0 and top_k is None and top_p is None
     n = ids.numel()
