@@ -465,8 +465,8 @@ def bench_speedup(args: argparse.Namespace) -> int:
     )
     payload = {
         "command": cmd,
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} thread, "
-        f"torch {torch.__version__}",
+        "machine": f"{platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} thread, torch {torch.__version__}",
         "date": _dt.date.today().isoformat(),
         "forward_costs": costs,
         "results": results,

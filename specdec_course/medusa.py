@@ -55,12 +55,36 @@ from .paths import checkpoints_dir
 from .sampling import exp_noise, uniform_open_closed
 
 __all__ = [
-    "DEFAULT_HEADS", "LOSS_DECAY", "CHAIN", "TREE_SMALL", "TREE_LARGE", "TREES",
-    "ResBlock", "MedusaHead", "MedusaHeads", "loss_weights", "medusa_loss", "head_targets",
-    "TreeBuffers", "build_tree", "tree_attention_mask", "greedy_tree", "tree_forward",
-    "compact_cache", "MedusaStats", "medusa_generate", "head_accuracy", "collect_hidden",
-    "train_heads", "HeadsTrainResult", "save_heads", "load_heads", "REBUILD_COMMAND",
-    "run_medusa", "cli_train", "cli_train_medusa",
+    "DEFAULT_HEADS",
+    "LOSS_DECAY",
+    "CHAIN",
+    "TREE_SMALL",
+    "TREE_LARGE",
+    "TREES",
+    "ResBlock",
+    "MedusaHead",
+    "MedusaHeads",
+    "loss_weights",
+    "medusa_loss",
+    "head_targets",
+    "TreeBuffers",
+    "build_tree",
+    "tree_attention_mask",
+    "greedy_tree",
+    "tree_forward",
+    "compact_cache",
+    "MedusaStats",
+    "medusa_generate",
+    "head_accuracy",
+    "collect_hidden",
+    "train_heads",
+    "HeadsTrainResult",
+    "save_heads",
+    "load_heads",
+    "REBUILD_COMMAND",
+    "run_medusa",
+    "cli_train",
+    "cli_train_medusa",
 ]
 
 DEFAULT_HEADS = 3
@@ -76,7 +100,19 @@ CHAIN: tuple[tuple[int, ...], ...] = ((0,), (0, 0), (0, 0, 0))
 # and 13 picked by measured speed on a 2-core CPU (lessons/06_tiny_medusa.ipynb).
 TREE_SMALL: tuple[tuple[int, ...], ...] = ((0,), (1,), (2,), (3,), (0, 0))
 TREE_LARGE: tuple[tuple[int, ...], ...] = (
-    (0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,), (0, 0), (0, 1), (0, 2), (0, 3), (1, 0),
+    (0,),
+    (1,),
+    (2,),
+    (3,),
+    (4,),
+    (5,),
+    (6,),
+    (7,),
+    (0, 0),
+    (0, 1),
+    (0, 2),
+    (0, 3),
+    (1, 0),
 )
 TREES = {"chain": CHAIN, "small": TREE_SMALL, "large": TREE_LARGE}
 
@@ -157,8 +193,11 @@ class MedusaHeads(nn.Module):
         Returns ``(M, m, D)``, kept until a parameter changes (their version counters), so
         that short generations do not pay for rebuilding them on every call.
         """
-        key = (k, tuple(p._version for p in self.parameters()),
-               tuple(p.data_ptr() for p in self.parameters()))
+        key = (
+            k,
+            tuple(p._version for p in self.parameters()),
+            tuple(p.data_ptr() for p in self.parameters()),
+        )
         cached = getattr(self, "_fused_cache", None)
         if cached is None or cached[0] != key:
             W, b, L = (t[:k] for t in self.stacked())
@@ -190,7 +229,7 @@ def loss_weights(n_heads: int, decay: float = LOSS_DECAY) -> torch.Tensor:
         raise ValueError(f"n_heads must be a positive int; got {n_heads!r}")
     if not 0 < decay <= 1:
         raise ValueError(f"decay must be in (0, 1]; got {decay!r}")
-    return torch.tensor([decay ** k for k in range(1, n_heads + 1)])
+    return torch.tensor([decay**k for k in range(1, n_heads + 1)])
 
 
 def head_targets(ids: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,9 +249,12 @@ def head_targets(ids: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.T
     return targets, valid
 
 
-def medusa_loss(head_logits: torch.Tensor, targets: torch.Tensor,
-                valid: torch.Tensor | None = None, decay: float = LOSS_DECAY
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def medusa_loss(
+    head_logits: torch.Tensor,
+    targets: torch.Tensor,
+    valid: torch.Tensor | None = None,
+    decay: float = LOSS_DECAY,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Medusa-1 loss ``sum_k decay^k * CE_k`` and the per-head cross-entropies.
 
     ``head_logits [K, ..., V]`` (from ``MedusaHeads``), ``targets [K, ...]`` int64 labels,
@@ -290,9 +332,7 @@ def _check_paths(paths) -> tuple[tuple[int, ...], ...]:
             raise ValueError(f"each path must be a tuple of ranks; got {p!r}")
         p = tuple(p)
         if not p or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in p):
-            raise ValueError(
-                f"each path must be a non-empty tuple of ints >= 0 (ranks); got {p!r}"
-            )
+            raise ValueError(f"each path must be a non-empty tuple of ints >= 0 (ranks); got {p!r}")
         out.append(p)
     if len(set(out)) != len(out):
         dup = next(p for p in out if out.count(p) > 1)
@@ -408,8 +448,9 @@ def _sample_rest(probs: list[float], u: float) -> int:
     return last  # rounding left target a hair above the total
 
 
-def tree_forward(model: CharGPT, tokens: torch.Tensor, cache: KVCache, tree: TreeBuffers
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_forward(
+    model: CharGPT, tokens: torch.Tensor, cache: KVCache, tree: TreeBuffers
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One cached forward pass over the tree's tokens ``[T]`` (root first, breadth first).
 
     The tokens take cache slots ``L .. L + T - 1`` (``L = cache.length``) and positions
@@ -426,15 +467,18 @@ def tree_forward(model: CharGPT, tokens: torch.Tensor, cache: KVCache, tree: Tre
         raise ValueError(f"tokens has {T} entries; the tree has {tree.size} nodes (root included)")
     L = cache.length
     if L + T > model.config.block_size:
-        raise ValueError(f"{L} cached + {T} tree tokens exceed block_size "
-                         f"{model.config.block_size}; use fewer nodes (tokens[:n])")
+        raise ValueError(
+            f"{L} cached + {T} tree tokens exceed block_size "
+            f"{model.config.block_size}; use fewer nodes (tokens[:n])"
+        )
     model._check_idx(tokens[None], cache)
     hidden = _tree_pass(model, tokens, cache, tree, tokens.new_zeros(()).float().expand(T, L))
     return F.linear(hidden, model.lm_head.weight), hidden
 
 
-def _tree_pass(model: CharGPT, feed: torch.Tensor, cache: KVCache, tree: TreeBuffers,
-               prefix: torch.Tensor) -> torch.Tensor:
+def _tree_pass(
+    model: CharGPT, feed: torch.Tensor, cache: KVCache, tree: TreeBuffers, prefix: torch.Tensor
+) -> torch.Tensor:
     # The model's unchecked cached forward (callers check): every node sees the cached
     # prefix (``prefix``: zeros [T, L]) and its own ancestors, at position L + depth.
     T, L = feed.numel(), cache.length
@@ -546,8 +590,10 @@ def medusa_generate(
         )
     tb = _as_tree(tree)
     if tb.top_r > heads.vocab_size:
-        raise ValueError(f"the tree asks for rank {tb.top_r - 1} but the vocabulary has "
-                         f"{heads.vocab_size} tokens")
+        raise ValueError(
+            f"the tree asks for rank {tb.top_r - 1} but the vocabulary has "
+            f"{heads.vocab_size} tokens"
+        )
     if tb.max_depth > heads.n_heads:
         raise ValueError(
             f"the tree is {tb.max_depth} deep but there are only {heads.n_heads} heads; "
@@ -691,8 +737,9 @@ def medusa_generate(
 
 
 @torch.inference_mode()
-def collect_hidden(target: CharGPT, ids: torch.Tensor, n_windows: int | None = None,
-                   batch_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+def collect_hidden(
+    target: CharGPT, ids: torch.Tensor, n_windows: int | None = None, batch_size: int = 32
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's last hidden states on fixed windows of ``ids``: ``(h [N, T, C], x [N, T])``.
 
     Windows are ``data.eval_windows`` (non-overlapping when ``n_windows`` is None). The target
@@ -708,9 +755,15 @@ def collect_hidden(target: CharGPT, ids: torch.Tensor, n_windows: int | None = N
 
 
 @torch.inference_mode()
-def head_accuracy(target: CharGPT, heads: MedusaHeads, ids: torch.Tensor, *,
-                  n_windows: int = 16, top: Sequence[int] = (1, 5),
-                  hidden: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+def head_accuracy(
+    target: CharGPT,
+    heads: MedusaHeads,
+    ids: torch.Tensor,
+    *,
+    n_windows: int = 16,
+    top: Sequence[int] = (1, 5),
+    hidden: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> dict:
     """Top-k accuracy of each head (and of the base ``lm_head``) on windows of ``ids``.
 
     Returns ``{"base": {k: acc}, "heads": [{k: acc} per head], "rank": [K, R] tensor}`` where
@@ -749,11 +802,19 @@ class HeadsTrainResult:
     seconds: float = 0.0
 
 
-def train_heads(target: CharGPT, train_ids: torch.Tensor, *, n_heads: int = DEFAULT_HEADS,
-                steps: int = 2000, batch_size: int = 4096, lr: float = 3e-3,
-                n_windows: int | None = None, seed: int = 0, progress: bool = True,
-                hidden: tuple[torch.Tensor, torch.Tensor] | None = None
-                ) -> HeadsTrainResult:
+def train_heads(
+    target: CharGPT,
+    train_ids: torch.Tensor,
+    *,
+    n_heads: int = DEFAULT_HEADS,
+    steps: int = 2000,
+    batch_size: int = 4096,
+    lr: float = 3e-3,
+    n_windows: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    hidden: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> HeadsTrainResult:
     """Medusa-1: train ``n_heads`` heads on the frozen ``target``.
 
     The target's hidden states over fixed windows of ``train_ids`` are computed once
@@ -794,8 +855,7 @@ def train_heads(target: CharGPT, train_ids: torch.Tensor, *, n_heads: int = DEFA
     tc = TrainConfig(steps=steps, lr=lr, min_lr=lr / 10, warmup=min(100, steps // 10))
     offs = torch.arange(2, n_heads + 2)
     hist: dict = {"step": [], "loss": [], "ce": [], "lr": []}
-    bar = tqdm(range(steps), desc="medusa heads", disable=not progress, mininterval=2.0,
-               ncols=90)
+    bar = tqdm(range(steps), desc="medusa heads", disable=not progress, mininterval=2.0, ncols=90)
     for step in bar:
         cur = lr_at(step, tc)
         for g in opt.param_groups:
@@ -828,25 +888,31 @@ def _fingerprint(target: CharGPT) -> float:
     return round(float(target.lm_head.weight.detach().double().sum()), 6)
 
 
-def save_heads(path: str | Path, heads: MedusaHeads, target: CharGPT,
-               meta: dict | None = None) -> Path:
+def save_heads(
+    path: str | Path, heads: MedusaHeads, target: CharGPT, meta: dict | None = None
+) -> Path:
     """Write ``{"config", "state_dict", "target_fingerprint", "meta"}`` to ``path``."""
     if not isinstance(heads, MedusaHeads):
         raise ValueError(f"heads must be a MedusaHeads; got {type(heads).__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "config": {"n_embd": heads.n_embd, "vocab_size": heads.vocab_size,
-                   "n_heads": heads.n_heads},
-        "state_dict": {k: v.detach().cpu().clone() for k, v in heads.state_dict().items()},
-        "target_fingerprint": _fingerprint(target),
-        "meta": dict(meta or {}),
-    }, path)
+    torch.save(
+        {
+            "config": {
+                "n_embd": heads.n_embd,
+                "vocab_size": heads.vocab_size,
+                "n_heads": heads.n_heads,
+            },
+            "state_dict": {k: v.detach().cpu().clone() for k, v in heads.state_dict().items()},
+            "target_fingerprint": _fingerprint(target),
+            "meta": dict(meta or {}),
+        },
+        path,
+    )
     return path
 
 
-def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None
-               ) -> MedusaHeads:
+def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None) -> MedusaHeads:
     """Load Medusa heads (default: the shipped ``data/checkpoints/medusa.pt``), in eval mode.
 
     With ``target``, checks that the heads were trained on that model. Training metadata is
@@ -855,22 +921,26 @@ def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None
     """
     path = Path(path) if path is not None else checkpoints_dir() / "medusa.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"Medusa heads {path} not found; rebuild them with: "
-                                f"{REBUILD_COMMAND}")
+        raise FileNotFoundError(
+            f"Medusa heads {path} not found; rebuild them with: {REBUILD_COMMAND}"
+        )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
         cfg = ck["config"]
         heads = MedusaHeads(int(cfg["n_embd"]), int(cfg["vocab_size"]), int(cfg["n_heads"]))
         heads.load_state_dict(ck["state_dict"])
     except Exception as e:  # truncated file, wrong keys, wrong shapes
-        raise ValueError(f"Medusa heads {path} could not be read ({type(e).__name__}: "
-                         f"{str(e)[:200]}); delete it and rebuild it with: {REBUILD_COMMAND}"
-                         ) from None
+        raise ValueError(
+            f"Medusa heads {path} could not be read ({type(e).__name__}: "
+            f"{str(e)[:200]}); delete it and rebuild it with: {REBUILD_COMMAND}"
+        ) from None
     if target is not None and not math.isclose(
         _fingerprint(target), float(ck["target_fingerprint"]), rel_tol=0, abs_tol=1e-3
     ):
-        raise ValueError(f"Medusa heads {path} were trained on another target model; "
-                         f"retrain them with: {REBUILD_COMMAND}")
+        raise ValueError(
+            f"Medusa heads {path} were trained on another target model; "
+            f"retrain them with: {REBUILD_COMMAND}"
+        )
     heads.eval()
     heads.meta = dict(ck.get("meta", {}))
     return heads
@@ -879,9 +949,17 @@ def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None
 # --------------------------------------------------------------------------------- benchmark
 
 
-def run_medusa(model: CharGPT, heads: MedusaHeads, prompts: Sequence[torch.Tensor],
-               max_new_tokens: int, *, tree=TREE_SMALL, temperature: float = 1.0,
-               seed: int = 0, repeats: int = 1) -> dict:
+def run_medusa(
+    model: CharGPT,
+    heads: MedusaHeads,
+    prompts: Sequence[torch.Tensor],
+    max_new_tokens: int,
+    *,
+    tree=TREE_SMALL,
+    temperature: float = 1.0,
+    seed: int = 0,
+    repeats: int = 1,
+) -> dict:
     """Run ``medusa_generate`` and plain ``decoding.generate`` on ``prompts``; time both.
 
     For the speedup benchmark: both methods decode every prompt ``repeats`` times in
@@ -902,8 +980,9 @@ def run_medusa(model: CharGPT, heads: MedusaHeads, prompts: Sequence[torch.Tenso
             generate(model, prompt, max_new_tokens, temperature=temperature, generator=g)
             t1 = time.perf_counter()
             g = torch.Generator().manual_seed(seed + 1000 * rep + i)
-            _, st = medusa_generate(model, heads, prompt, max_new_tokens, tree=tb,
-                                    temperature=temperature, generator=g)
+            _, st = medusa_generate(
+                model, heads, prompt, max_new_tokens, tree=tb, temperature=temperature, generator=g
+            )
             t2 = time.perf_counter()
             t_plain += t1 - t0
             t_med += t2 - t1
@@ -913,10 +992,14 @@ def run_medusa(model: CharGPT, heads: MedusaHeads, prompts: Sequence[torch.Tenso
     emitted = sum(s.emitted for s in all_stats)
     calls = sum(s.target_calls for s in all_stats)
     return {
-        "medusa_s": t_med, "plain_s": t_plain, "speedup": t_plain / t_med,
-        "stats": all_stats, "mean_accepted": acc / max(1, its),
+        "medusa_s": t_med,
+        "plain_s": t_plain,
+        "speedup": t_plain / t_med,
+        "stats": all_stats,
+        "mean_accepted": acc / max(1, its),
         "mean_accepted_length": acc / max(1, its) + 1.0,
-        "tokens_per_target_call": emitted / max(1, calls), "tree_size": tb.size,
+        "tokens_per_target_call": emitted / max(1, calls),
+        "tree_size": tb.size,
     }
 
 
@@ -944,15 +1027,23 @@ def cli_train(args) -> int:
     res = train_heads(target, train_ids, steps=steps, seed=seed)
     acc = head_accuracy(target, res.heads, val_ids, n_windows=32)
     meta = {
-        "n_heads": res.heads.n_heads, "steps": steps, "seed": seed, "batch_size": 4096,
-        "threads": torch.get_num_threads(), "train_seconds": round(res.seconds, 1),
+        "n_heads": res.heads.n_heads,
+        "steps": steps,
+        "seed": seed,
+        "batch_size": 4096,
+        "threads": torch.get_num_threads(),
+        "train_seconds": round(res.seconds, 1),
         "params": sum(p.numel() for p in res.heads.parameters()),
-        "val_top1": [a[1] for a in acc["heads"]], "val_top5": [a[5] for a in acc["heads"]],
-        "val_base_top1": acc["base"][1], "command": REBUILD_COMMAND,
+        "val_top1": [a[1] for a in acc["heads"]],
+        "val_top5": [a[5] for a in acc["heads"]],
+        "val_base_top1": acc["base"][1],
+        "command": REBUILD_COMMAND,
     }
     save_heads(out, res.heads, target, meta)
-    print(f"medusa: {res.heads.n_heads} heads, {meta['params']:,} parameters, {steps} steps "
-          f"in {res.seconds:.1f} s -> {out}")
+    print(
+        f"medusa: {res.heads.n_heads} heads, {meta['params']:,} parameters, {steps} steps "
+        f"in {res.seconds:.1f} s -> {out}"
+    )
     for k, a in enumerate(acc["heads"], start=1):
         print(f"  head {k} (t+{k + 1}): top-1 {a[1]:.4f}, top-5 {a[5]:.4f} on validation")
     return 0

@@ -27,8 +27,17 @@ from torch.nn import functional as F
 from .paths import checkpoints_dir
 
 __all__ = [
-    "GPTConfig", "CharGPT", "KVCache", "TARGET", "DRAFT", "PRESETS",
-    "save_checkpoint", "load_checkpoint", "load_pretrained", "rebuild_command", "preset",
+    "GPTConfig",
+    "CharGPT",
+    "KVCache",
+    "TARGET",
+    "DRAFT",
+    "PRESETS",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_pretrained",
+    "rebuild_command",
+    "preset",
 ]
 
 
@@ -78,8 +87,14 @@ class KVCache:
     ``length`` is the number of positions filled (the same for every row of the batch).
     """
 
-    def __init__(self, config: GPTConfig, batch_size: int = 1, *,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+    def __init__(
+        self,
+        config: GPTConfig,
+        batch_size: int = 1,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ):
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig; got {type(config).__name__}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -111,8 +126,10 @@ class KVCache:
         self.length = 0
 
     def __repr__(self) -> str:
-        return (f"KVCache(length={self.length}, capacity={self.capacity}, "
-                f"batch_size={self.batch_size}, n_layer={self.k.shape[0]})")
+        return (
+            f"KVCache(length={self.length}, capacity={self.capacity}, "
+            f"batch_size={self.batch_size}, n_layer={self.k.shape[0]})"
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -173,13 +190,15 @@ class CharGPT(nn.Module):
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig; got {type(config).__name__}")
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
-            drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                drop=nn.Dropout(config.dropout),
+                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+            )
+        )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         # Weight tying (Press & Wolf 2017): the output layer reuses the token embedding.
         self.transformer.wte.weight = self.lm_head.weight
@@ -219,8 +238,11 @@ class CharGPT(nn.Module):
 
     def _check_idx(self, idx, cache):
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
-            got = (f"{tuple(idx.shape)} {idx.dtype}" if isinstance(idx, torch.Tensor)
-                   else type(idx).__name__)
+            got = (
+                f"{tuple(idx.shape)} {idx.dtype}"
+                if isinstance(idx, torch.Tensor)
+                else type(idx).__name__
+            )
             raise ValueError(f"idx must be an int64 tensor of shape [B, T]; got {got}")
         B, T = idx.shape
         if T < 1:
@@ -238,9 +260,14 @@ class CharGPT(nn.Module):
         if cache is not None and cache.batch_size != B:
             raise ValueError(f"cache has batch size {cache.batch_size} but idx has {B} rows")
 
-    def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None, *,
-                      attn_mask: torch.Tensor | None = None,
-                      position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def hidden_states(
+        self,
+        idx: torch.Tensor,
+        cache: KVCache | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Last hidden state after the final LayerNorm, ``[B, T, n_embd]`` (before ``lm_head``).
 
         Arguments as in ``forward``. Medusa heads read this.
@@ -253,12 +280,14 @@ class CharGPT(nn.Module):
                 "attn_mask and position_ids need a cache (pass cache=model.new_cache())"
             )
         if position_ids is None:
-            pos = self._arange[start:start + T]
+            pos = self._arange[start : start + T]
         else:
             pos = position_ids
             if pos.shape[-1] != T or pos.dtype != torch.long:
-                raise ValueError(f"position_ids must be int64 with last dim T={T}; "
-                                 f"got {tuple(pos.shape)} {pos.dtype}")
+                raise ValueError(
+                    f"position_ids must be int64 with last dim T={T}; "
+                    f"got {tuple(pos.shape)} {pos.dtype}"
+                )
             if pos.min() < 0 or pos.max() >= self.config.block_size:
                 raise ValueError(f"position_ids must lie in [0, {self.config.block_size})")
         if cache is not None:
@@ -289,8 +318,13 @@ class CharGPT(nn.Module):
         self._fast_params = None
         return super()._apply(*args, **kwargs)
 
-    def _decode(self, idx: torch.Tensor, cache: KVCache, pos: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def _decode(
+        self,
+        idx: torch.Tensor,
+        cache: KVCache,
+        pos: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The cached forward, unchecked: hidden states ``[B, T, n_embd]`` of the new tokens.
 
         The same arithmetic as the blocks' modules (``Block``, ``CausalSelfAttention``,
@@ -304,9 +338,20 @@ class CharGPT(nn.Module):
         params = self._fast_params
         if params is None:
             params = self._fast_params = [
-                (b.ln_1.weight, b.ln_1.bias, b.attn.c_attn.weight, b.attn.c_attn.bias,
-                 b.attn.c_proj.weight, b.attn.c_proj.bias, b.ln_2.weight, b.ln_2.bias,
-                 b.mlp.c_fc.weight, b.mlp.c_fc.bias, b.mlp.c_proj.weight, b.mlp.c_proj.bias)
+                (
+                    b.ln_1.weight,
+                    b.ln_1.bias,
+                    b.attn.c_attn.weight,
+                    b.attn.c_attn.bias,
+                    b.attn.c_proj.weight,
+                    b.attn.c_proj.bias,
+                    b.ln_2.weight,
+                    b.ln_2.bias,
+                    b.mlp.c_fc.weight,
+                    b.mlp.c_fc.bias,
+                    b.mlp.c_proj.weight,
+                    b.mlp.c_proj.bias,
+                )
                 for b in self.transformer.h
             ]
         B, T = idx.shape
@@ -336,10 +381,15 @@ class CharGPT(nn.Module):
         cache.length = end
         return F.layer_norm(x, (C,), self.transformer.ln_f.weight, self.transformer.ln_f.bias)
 
-    def forward(self, idx: torch.Tensor, cache: KVCache | None = None, *,
-                attn_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None,
-                return_hidden: bool = False):
+    def forward(
+        self,
+        idx: torch.Tensor,
+        cache: KVCache | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        return_hidden: bool = False,
+    ):
         """Logits ``[B, T, vocab_size]`` for every position of ``idx``.
 
         Without ``cache``: ``idx`` ``[B, T]`` is the whole sequence (causal attention).
@@ -366,15 +416,24 @@ class CharGPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Continue ``idx`` ``[B, T]`` by ``max_new_tokens`` sampled ids, using the cache.
 
         ``temperature=0`` takes the argmax. Returns ``[B, T + max_new_tokens]``. Raises
         ValueError when the result would not fit in ``block_size`` (no sliding window).
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-                or max_new_tokens < 0:
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 0
+        ):
             raise ValueError(f"max_new_tokens must be an int >= 0; got {max_new_tokens!r}")
         if not temperature >= 0:
             raise ValueError(f"temperature must be >= 0; got {temperature!r}")
@@ -405,8 +464,10 @@ class CharGPT(nn.Module):
 def rebuild_command(name: str) -> str:
     """The command that rebuilds the shipped checkpoint ``name`` ("target" or "draft")."""
     if name == "draft":
-        return ("specdec-course train --preset draft && specdec-course train --preset draft "
-                "--init-from data/checkpoints/draft.pt --distill-from data/checkpoints/target.pt")
+        return (
+            "specdec-course train --preset draft && specdec-course train --preset draft "
+            "--init-from data/checkpoints/draft.pt --distill-from data/checkpoints/target.pt"
+        )
     return f"specdec-course train --preset {name}"
 
 
@@ -422,10 +483,20 @@ def save_checkpoint(path: str | Path, model: CharGPT, vocab: str, meta: dict | N
         raise ValueError(f"vocab must be a str of {model.config.vocab_size} symbols")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()
-             if k != "transformer.wte.weight"}  # tied to lm_head.weight: stored once
-    torch.save({"config": asdict(model.config), "state_dict": state, "vocab": vocab,
-                "meta": dict(meta or {})}, path)
+    state = {
+        k: v.detach().cpu().clone()
+        for k, v in model.state_dict().items()
+        if k != "transformer.wte.weight"
+    }  # tied to lm_head.weight: stored once
+    torch.save(
+        {
+            "config": asdict(model.config),
+            "state_dict": state,
+            "vocab": vocab,
+            "meta": dict(meta or {}),
+        },
+        path,
+    )
     return path
 
 

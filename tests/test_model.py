@@ -32,7 +32,7 @@ def run_in_chunks(model, x, sizes):
     cache = model.new_cache(x.shape[0])
     outs, start = [], 0
     for n in sizes:
-        outs.append(model(x[:, start:start + n], cache))
+        outs.append(model(x[:, start : start + n], cache))
         start += n
     assert cache.length == start
     return torch.cat(outs, dim=1), cache
@@ -58,8 +58,11 @@ def test_output_layer_is_tied_to_token_embedding(model):
     assert model.lm_head.weight is model.transformer.wte.weight
 
 
-@pytest.mark.parametrize("sizes", [[1] * 20, [5, 5, 5, 5], [7, 1, 3, 1, 1, 6, 1], [20]],
-                         ids=["one-at-a-time", "chunks-of-5", "mixed", "all-at-once"])
+@pytest.mark.parametrize(
+    "sizes",
+    [[1] * 20, [5, 5, 5, 5], [7, 1, 3, 1, 1, 6, 1], [20]],
+    ids=["one-at-a-time", "chunks-of-5", "mixed", "all-at-once"],
+)
 def test_cached_decoding_matches_full_forward(model, sizes):
     x = ids(2, sum(sizes))
     full = model(x)
@@ -147,12 +150,15 @@ def test_sampled_generate_is_reproducible_with_a_generator(model):
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (torch.zeros(1, 3), "int64"),
-    (torch.zeros(3, dtype=torch.long), r"\[B, T\]"),
-    (torch.full((1, 3), 11), "outside"),
-    (torch.full((1, 3), -1), "outside"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.zeros(1, 3), "int64"),
+        (torch.zeros(3, dtype=torch.long), r"\[B, T\]"),
+        (torch.full((1, 3), 11), "outside"),
+        (torch.full((1, 3), -1), "outside"),
+    ],
+)
 def test_bad_token_ids_raise_clear_errors(model, bad, match):
     with pytest.raises(ValueError, match=match):
         model(bad)
@@ -179,8 +185,9 @@ def test_tree_mask_and_positions_match_separate_branches(model):
     model(prefix, cache)
     mask = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 0, 1]], dtype=torch.bool)
     mask = torch.cat([torch.ones(3, 6, dtype=torch.bool), mask], dim=1)
-    tree = model(torch.cat([a, b, c], 1), cache, attn_mask=mask,
-                 position_ids=torch.tensor([6, 7, 6]))
+    tree = model(
+        torch.cat([a, b, c], 1), cache, attn_mask=mask, position_ids=torch.tensor([6, 7, 6])
+    )
     chain_ab = model(torch.cat([prefix, a, b], 1))[:, 6:]
     chain_c = model(torch.cat([prefix, c], 1))[:, 6:]
     torch.testing.assert_close(tree[:, :2], chain_ab, atol=ATOL, rtol=0)

@@ -49,8 +49,7 @@ def test_training_with_the_same_seed_gives_the_same_model(split):
     a = train(TINY, QUICK, *split, progress=False).model
     b = train(TINY, QUICK, *split, progress=False).model
     c = train(TINY, replace(QUICK, seed=1), *split, progress=False).model
-    assert all(torch.equal(u, v) for u, v in zip(a.state_dict().values(),
-                                                  b.state_dict().values()))
+    assert all(torch.equal(u, v) for u, v in zip(a.state_dict().values(), b.state_dict().values()))
     assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
 
 
@@ -94,8 +93,10 @@ def test_pair_stats_rejects_models_with_different_vocabularies(split):
 
 def test_short_cli_training_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, split):
     out = tmp_path / "draft.pt"
-    assert main(["train", "--preset", "draft", "--steps", "40", "--out", str(out),
-                 "--threads", "1"]) == 0
+    assert (
+        main(["train", "--preset", "draft", "--steps", "40", "--out", str(out), "--threads", "1"])
+        == 0
+    )
     model, ck = load_checkpoint(out)
     assert ck["vocab"] == D.VOCAB and ck["meta"]["train"]["steps"] == 40
     torch.manual_seed(0)
@@ -108,10 +109,28 @@ def test_short_cli_training_lowers_loss_and_writes_a_loadable_checkpoint(tmp_pat
 def test_cli_distillation_records_alpha_before_and_after(tmp_path):
     student, teacher = tmp_path / "s.pt", tmp_path / "t.pt"
     assert main(["train", "--preset", "draft", "--steps", "5", "--out", str(student)]) == 0
-    assert main(["train", "--preset", "draft", "--steps", "10", "--seed", "1",
-                 "--out", str(teacher)]) == 0
-    assert main(["train", "--preset", "draft", "--steps", "5", "--out", str(student),
-                 "--init-from", str(student), "--distill-from", str(teacher)]) == 0
+    assert (
+        main(["train", "--preset", "draft", "--steps", "10", "--seed", "1", "--out", str(teacher)])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "draft",
+                "--steps",
+                "5",
+                "--out",
+                str(student),
+                "--init-from",
+                str(student),
+                "--distill-from",
+                str(teacher),
+            ]
+        )
+        == 0
+    )
     meta = load_checkpoint(student)[1]["meta"]
     assert 0 < meta["alpha_before_distill"] <= 1 and 0 < meta["alpha_vs_teacher"] <= 1
     assert meta["distilled_from"] == str(teacher)
@@ -119,14 +138,29 @@ def test_cli_distillation_records_alpha_before_and_after(tmp_path):
 
 
 def test_cli_reports_a_missing_init_checkpoint(tmp_path, capsys):
-    assert main(["train", "--preset", "draft", "--steps", "1", "--out", str(tmp_path / "x.pt"),
-                 "--init-from", str(tmp_path / "none.pt")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "draft",
+                "--steps",
+                "1",
+                "--out",
+                str(tmp_path / "x.pt"),
+                "--init-from",
+                str(tmp_path / "none.pt"),
+            ]
+        )
+        == 2
+    )
     assert "specdec-course train --preset draft" in capsys.readouterr().err
 
 
 def test_cli_rejects_zero_steps(tmp_path):
-    assert main(["train", "--preset", "draft", "--steps", "0",
-                 "--out", str(tmp_path / "x.pt")]) == 2
+    assert (
+        main(["train", "--preset", "draft", "--steps", "0", "--out", str(tmp_path / "x.pt")]) == 2
+    )
 
 
 # ----------------------------------------------------------------------------- shipped pair

@@ -71,10 +71,12 @@ class _Reference:
         block = m.transformer.h[0]
         with torch.no_grad():
             expected = m(idx, self.cache)  # the package's cached forward; extends its cache
-            self.x = m.transformer.wte(idx) + m.transformer.wpe.weight[start:start + T_new]
+            self.x = m.transformer.wte(idx) + m.transformer.wpe.weight[start : start + T_new]
             q, k, v = block.attn.c_attn(block.ln_1(self.x)).split(CFG.n_embd, dim=2)
-        q, k, v = (t.view(self.B, T_new, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous()
-                   for t in (q, k, v))
+        q, k, v = (
+            t.view(self.B, T_new, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous()
+            for t in (q, k, v)
+        )
         return q, k, v, expected
 
     def finish(self, y):
