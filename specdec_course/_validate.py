@@ -79,6 +79,14 @@ def check_distribution(x: ProbLike, name: str, *, dim: int | None = 1) -> torch.
     return t
 
 
+def check_int(value, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` if it is an int (not a bool) of at least ``minimum``; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {what}; got {value!r}")
+    return value
+
+
 def check_same_shape(a: torch.Tensor, b: torch.Tensor, na: str, nb: str) -> None:
     if a.shape != b.shape:
         raise ValueError(

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional as F
 
+from ._validate import check_int
 from .model import CharGPT, KVCache
 from .sampling import (
     _check_processing,
@@ -126,12 +127,7 @@ def _check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model")
             f"prompt_ids holds ids outside the vocabulary [0, {V}); encode the prompt with "
             "the model's CharTokenizer"
         )
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
-        or max_new_tokens < 0
-    ):
-        raise ValueError(f"max_new_tokens must be an int >= 0; got {max_new_tokens!r}")
+    check_int(max_new_tokens, "max_new_tokens", minimum=0)
     total = ids.numel() + max_new_tokens
     if total > model.config.block_size:
         raise ValueError(
@@ -284,8 +280,7 @@ def speculative_generate(
             f"target and draft must share a vocabulary; got sizes {target.config.vocab_size} "
             f"and {draft.config.vocab_size}"
         )
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k (drafts per iteration) must be an int >= 1; got {k!r}")
+    check_int(k, "k (drafts per iteration)")
     smp = _Sampling(temperature, top_k, top_p)
     greedy = smp.greedy
     V = target.config.vocab_size

@@ -49,6 +49,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from ._validate import check_int
 from .decoding import SpecStats, _check_prompt, _Sampling
 from .model import CharGPT, KVCache
 from .paths import checkpoints_dir
@@ -157,8 +158,7 @@ class MedusaHeads(nn.Module):
     def __init__(self, n_embd: int, vocab_size: int, n_heads: int = DEFAULT_HEADS):
         super().__init__()
         for name, v in (("n_embd", n_embd), ("vocab_size", vocab_size), ("n_heads", n_heads)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int; got {v!r}")
+            check_int(v, name)
         self.n_embd, self.vocab_size = n_embd, vocab_size
         self.heads = nn.ModuleList(MedusaHead(n_embd, vocab_size) for _ in range(n_heads))
 
@@ -225,8 +225,7 @@ def loss_weights(n_heads: int, decay: float = LOSS_DECAY) -> torch.Tensor:
     Later heads guess further ahead and are wrong more often; smaller weights keep them from
     dominating the gradient (Medusa's ``lambda_k = 0.8^k``).
     """
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be a positive int; got {n_heads!r}")
+    check_int(n_heads, "n_heads")
     if not 0 < decay <= 1:
         raise ValueError(f"decay must be in (0, 1]; got {decay!r}")
     return torch.tensor([decay**k for k in range(1, n_heads + 1)])
@@ -831,8 +830,7 @@ def train_heads(
     if not isinstance(target, CharGPT):
         raise ValueError(f"target must be a CharGPT; got {type(target).__name__}")
     for name, v in (("steps", steps), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int; got {v!r}")
+        check_int(v, name)
     t0 = time.perf_counter()
     target.eval()
     for prm in target.parameters():

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from ._validate import check_int
 from .paths import checkpoints_dir
 
 __all__ = [
@@ -55,9 +56,7 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"GPTConfig.{name} must be a positive int; got {v!r}")
+            check_int(getattr(self, name), f"GPTConfig.{name}")
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
@@ -97,8 +96,7 @@ class KVCache:
     ):
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig; got {type(config).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int; got {batch_size!r}")
+        check_int(batch_size, "batch_size")
         shape = (config.n_layer, batch_size, config.n_head, config.block_size, config.head_dim)
         self.config = config
         self.k = torch.zeros(shape, dtype=dtype, device=device)

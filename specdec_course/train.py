@@ -19,6 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from . import data as D
+from ._validate import check_int
 from .model import CharGPT, GPTConfig, load_checkpoint, preset, rebuild_command, save_checkpoint
 from .paths import checkpoints_dir
 
@@ -54,9 +55,7 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_interval", "eval_windows"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive int; got {v!r}")
+            check_int(getattr(self, name), f"TrainConfig.{name}")
         if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
             raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr; got {self.lr}, {self.min_lr}")
         if self.warmup < 0:
