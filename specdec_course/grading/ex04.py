@@ -488,75 +488,82 @@ class _ForcedVerify:
         self.result = _verifier_row(d, self.a, p_ref)
         return self.result
 
-    def _check_q(self, q, q_ref) -> None:
-        k = self.k
-        if not isinstance(q, torch.Tensor) or tuple(q.shape) != (1, k, V):
+    def _first_wrong_row(self, t, ref, name: str, rows: int, shape_hint: str, model: str):
+        """Index of the first of ``t``'s ``rows`` distributions that differs from ``ref``.
+
+        ``None`` when all match, or after reporting a wrong shape or rows that are not
+        probabilities (``model`` names whose logits need a softmax).
+        """
+        shape = f"[1, {'k' if rows == self.k else 'k + 1'}, V] = [1, {rows}, {V}]"
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (1, rows, V):
             self._fail(
-                f"q of shape [1, k, V] = [1, {k}, {V}]",
-                fmt(tuple(q.shape)) if isinstance(q, torch.Tensor) else fmt(q),
-                "pass verify the draft's k distributions stacked as [1, k, V]",
+                f"{name} of shape {shape}",
+                fmt(tuple(t.shape)) if isinstance(t, torch.Tensor) else fmt(t),
+                shape_hint,
             )
-            return
-        if not _are_probs(q):
+            return None
+        if not _are_probs(t):
             self._fail(
-                "q: probabilities, each row summing to 1",
-                f"rows summing to {fmt(q[0].detach().double().sum(-1))}",
-                "q holds logits or log-probabilities: apply softmax to the draft's logits",
+                f"{name}: probabilities, each row summing to 1",
+                f"rows summing to {fmt(t[0].detach().double().sum(-1))}",
+                f"{name} holds logits or log-probabilities: apply softmax to {model} logits",
             )
-            return
-        err = (q[0].detach().double() - q_ref.double()).abs().amax(-1)
+            return None
+        err = (t[0].detach().double() - ref.double()).abs().amax(-1)
         bad = (err > ATOL).nonzero()
-        if len(bad):
-            j = int(bad[0])
-            if j == 0:
-                m = self.draft_len_before
-                msg = (
-                    f"q_1 is not the draft model's distribution after the {self.ids.numel()} "
-                    f"committed tokens. The draft cache held {m} of them: its first call "
-                    f"must feed ids[draft_cache.length:], the {self.ids.numel() - m} missing "
-                    "token(s)"
+        return int(bad[0]) if len(bad) else None
+
+    def _check_q(self, q, q_ref) -> None:
+        j = self._first_wrong_row(
+            q,
+            q_ref,
+            "q",
+            self.k,
+            "pass verify the draft's k distributions stacked as [1, k, V]",
+            "the draft's",
+        )
+        if j is None:
+            return
+        if j == 0:
+            m = self.draft_len_before
+            msg = (
+                f"q_1 is not the draft model's distribution after the {self.ids.numel()} "
+                f"committed tokens. The draft cache held {m} of them: its first call "
+                f"must feed ids[draft_cache.length:], the {self.ids.numel() - m} missing "
+                "token(s)"
+            )
+            if self.ids.numel() - m == 2:
+                msg += (
+                    " (after a full acceptance that is two: the last draft it never "
+                    "fed, and the bonus token): you forgot the draft's catch-up"
                 )
-                if self.ids.numel() - m == 2:
-                    msg += (
-                        " (after a full acceptance that is two: the last draft it never "
-                        "fed, and the bonus token): you forgot the draft's catch-up"
-                    )
-            else:
-                before = "d_1" if j == 1 else f"d_1 .. d_{j}"
-                msg = (
-                    f"q_{j + 1} is not the draft's distribution after the committed tokens "
-                    f"and {before}: feed each draft to the draft model before drafting the next"
-                )
-            self._fail(f"q_{j + 1} = {fmt(q_ref[j])}", f"{fmt(q[0, j].detach())}", msg)
+        else:
+            before = "d_1" if j == 1 else f"d_1 .. d_{j}"
+            msg = (
+                f"q_{j + 1} is not the draft's distribution after the committed tokens "
+                f"and {before}: feed each draft to the draft model before drafting the next"
+            )
+        self._fail(f"q_{j + 1} = {fmt(q_ref[j])}", f"{fmt(q[0, j].detach())}", msg)
 
     def _check_p(self, p, p_ref) -> None:
-        k = self.k
-        if not isinstance(p, torch.Tensor) or tuple(p.shape) != (1, k + 1, V):
-            self._fail(
-                f"p of shape [1, k + 1, V] = [1, {k + 1}, {V}]",
-                fmt(tuple(p.shape)) if isinstance(p, torch.Tensor) else fmt(p),
-                "the target scores the pending token and the k drafts in one call: its k + 1 "
-                "distributions, stacked as [1, k + 1, V]",
-            )
+        j = self._first_wrong_row(
+            p,
+            p_ref,
+            "p",
+            self.k + 1,
+            "the target scores the pending token and the k drafts in one call: its k + 1 "
+            "distributions, stacked as [1, k + 1, V]",
+            "the target's",
+        )
+        if j is None:
             return
-        if not _are_probs(p):
-            self._fail(
-                "p: probabilities, each row summing to 1",
-                f"rows summing to {fmt(p[0].detach().double().sum(-1))}",
-                "p holds logits or log-probabilities: apply softmax to the target's logits",
-            )
-            return
-        err = (p[0].detach().double() - p_ref.double()).abs().amax(-1)
-        bad = (err > ATOL).nonzero()
-        if len(bad):
-            j = int(bad[0])
-            self._fail(
-                f"p_{j + 1} = {fmt(p_ref[j])}",
-                fmt(p[0, j].detach()),
-                "p_1 .. p_{k+1} are the target's distributions after the pending token "
-                "ids[-1] and after each draft: feed torch.cat([ids[-1:], drafts]) to the "
-                "target with its cache (which holds every committed token but the last)",
-            )
+        self._fail(
+            f"p_{j + 1} = {fmt(p_ref[j])}",
+            fmt(p[0, j].detach()),
+            "p_1 .. p_{k+1} are the target's distributions after the pending token "
+            "ids[-1] and after each draft: feed torch.cat([ids[-1:], drafts]) to the "
+            "target with its cache (which holds every committed token but the last)",
+        )
 
 
 class _Counter:
