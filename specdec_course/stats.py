@@ -22,7 +22,15 @@ import numpy as np
 import torch
 from scipy import stats as _sps
 
-__all__ = ["ChiSquareResult", "chi_square_test", "chi_square_threshold", "counts", "frequencies"]
+__all__ = [
+    "ChiSquareResult",
+    "chi_square_test",
+    "chi_square_threshold",
+    "counts",
+    "frequencies",
+    "format_rate",
+    "round_probs",
+]
 
 
 def chi_square_threshold(df: int) -> float:
@@ -45,8 +53,48 @@ class ChiSquareResult:
         verdict = "PASS" if self.passed else "FAIL"
         return (
             f"chi2 = {self.statistic:.2f} on {self.df} df (threshold {self.threshold:.1f}, "
-            f"false-failure rate {self.false_failure_rate:.1e}), n = {self.n}: {verdict}"
+            f"false-failure rate {format_rate(self.false_failure_rate)}), n = {self.n}: {verdict}"
         )
+
+
+def format_rate(rate: float) -> str:
+    """A small probability as a bound that reads the same on every machine: ``"< 5.0e-11"``.
+
+    The rate is rounded *up* to two significant digits, so the printed bound always holds;
+    printed figures carry no more digits than the computation has.
+    """
+    if not rate > 0:
+        return "0"
+    exp = math.floor(math.log10(rate))
+    mant = math.ceil(rate / 10.0 ** (exp - 1) - 1e-9) / 10.0  # in [1.0, 10.0]
+    if mant >= 10.0:
+        mant, exp = 1.0, exp + 1
+    return f"< {mant:.1f}e{exp:+03d}"
+
+
+def round_probs(probs, bits: int = 24) -> torch.Tensor:
+    """``probs`` rounded to multiples of ``2**-bits`` that sum to exactly 1 (float64).
+
+    Why: probabilities computed on two CPUs differ in their last bits (SIMD width changes the
+    summation order), and an inverse-CDF draw near a boundary then lands in another bin, so a
+    printed histogram changes from one machine to the next. Multiples of ``2**-bits`` are
+    exact in float64 (and in float32 for ``bits <= 24``): every sum over them is exact in any
+    order, so every machine samples exactly the same distribution from the same random
+    numbers. Each row's rounding remainder goes to its largest entry. Compute ``probs`` in
+    float64 first, so that rounding itself does not fall on a boundary.
+    """
+    t = torch.as_tensor(probs).double()
+    if t.numel() == 0 or torch.isnan(t).any() or (t < 0).any():
+        raise ValueError("probs must be a non-empty tensor of non-negative probabilities")
+    if not 1 <= bits <= 48:
+        raise ValueError(f"bits must lie in 1 .. 48; got {bits}")
+    scale = 2.0**bits
+    r = torch.round(t * scale) / scale
+    rest = 1.0 - r.sum(dim=-1, keepdim=True)  # exact: every term is a multiple of 2**-bits
+    r.scatter_add_(-1, r.argmax(dim=-1, keepdim=True), rest)
+    if (r < 0).any():
+        raise ValueError("probs must sum to 1 along the last axis before rounding")
+    return r
 
 
 def counts(samples, num_classes: int) -> np.ndarray:

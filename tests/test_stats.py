@@ -2,6 +2,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats as sps
 
 from specdec_course import stats
@@ -58,3 +59,39 @@ def test_bad_input_raises():
         stats.chi_square_test([0, 0], [0.5, 0.5])
     with pytest.raises(ValueError, match="lie in"):
         stats.counts([0, 3], 3)
+
+
+def test_round_probs_is_exact_binary_summing_to_one_and_blind_to_last_bits():
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(3 * torch.randn(8, 65, generator=g, dtype=torch.float64), -1)
+    r = stats.round_probs(p)
+    assert r.dtype == torch.float64 and r.shape == p.shape
+    assert torch.equal(r * 2**24, torch.round(r * 2**24))  # multiples of 2^-24
+    assert torch.equal(r.sum(-1), torch.ones(8, dtype=torch.float64))  # exactly 1
+    assert torch.equal(r.float().double(), r)  # exact in float32 too
+    assert (r - p).abs().max() < 2**-24 * 65
+    # Probabilities that differ in their last bits (another CPU's summation order) round alike.
+    wobble = p * (1 + 4e-16 * torch.randn(8, 65, generator=g, dtype=torch.float64))
+    assert torch.equal(stats.round_probs(wobble / wobble.sum(-1, keepdim=True)), r)
+
+
+def test_round_probs_rejects_what_is_not_a_distribution():
+    for bad in (
+        torch.tensor([0.5, -0.1, 0.6]),
+        torch.tensor([float("nan"), 1.0]),
+        torch.tensor([]),
+    ):
+        with pytest.raises(ValueError):
+            stats.round_probs(bad)
+    with pytest.raises(ValueError, match="bits"):
+        stats.round_probs(torch.tensor([1.0]), bits=60)
+
+
+def test_format_rate_prints_a_bound_that_holds():
+    assert stats.format_rate(1.6948e-06) == "< 1.7e-06"
+    assert stats.format_rate(5.0e-11) == "< 5.0e-11"
+    assert stats.format_rate(9.99e-5) == "< 1.0e-04"
+    assert stats.format_rate(0.0) == "0"
+    for rate in (3.14159e-7, 1.0001e-3, 9.9999e-9):
+        bound = float(stats.format_rate(rate).removeprefix("< "))
+        assert rate <= bound <= rate * 1.11

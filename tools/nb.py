@@ -69,8 +69,11 @@ def execute(nb_path: Path) -> None:
         nb,
         timeout=600,
         kernel_name="python3",
+        record_timing=False,  # per-cell timestamps would make every re-run a diff
         resources={"metadata": {"path": str(nb_path.parent)}},
     ).execute()
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
     nb.metadata["kernelspec"] = KERNELSPEC
     nbformat.write(nb, nb_path)
     print(f"{nb_path}: executed in {time.perf_counter() - t0:.1f}s")

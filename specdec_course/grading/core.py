@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..stats import format_rate
+
 __all__ = [
     "Case",
     "CheckResult",
@@ -134,7 +136,7 @@ class CheckResult:
         if self.status == "passed" and self.false_failure_rate > 0:
             lines.append(
                 f"  (statistical cases: a correct function fails them by chance with "
-                f"probability below {self.false_failure_rate:.1e})"
+                f"probability {format_rate(self.false_failure_rate)})"
             )
         return "\n".join(lines)
 
