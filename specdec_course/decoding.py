@@ -30,18 +30,11 @@ import torch
 from torch.nn import functional as F
 
 from ._validate import check_int
-from .model import CharGPT, KVCache
-from .sampling import (
-    _check_processing,
-    apply_temperature,
-    exp_noise,
-    top_k_filter,
-    top_p_filter,
-    uniform_open_closed,
-)
+from .model import CharGPT, KVCache, check_model
+from .sampling import SamplingOptions, exp_noise, uniform_open_closed
 from .verifier import VerifierInputs, rejection_sample_prepared
 
-__all__ = ["SpecStats", "generate", "speculative_generate", "cli_generate"]
+__all__ = ["SpecStats", "check_prompt", "generate", "speculative_generate", "caches_consistent"]
 
 
 @dataclass
@@ -88,6 +81,24 @@ class SpecStats:
     def tokens_per_target_call(self) -> float:
         return self.emitted / max(1, self.target_calls)
 
+    def add(self, other: SpecStats) -> SpecStats:
+        """Add the counts and seconds of ``other`` (another call) to these; returns ``self``.
+
+        The one way to total several calls: ``total = SpecStats(k=k)`` then
+        ``total.add(stats)`` for each; every ratio above is then over all of them (a mean of
+        per-call ratios would weight short calls like long ones). ``k`` is kept.
+        """
+        self.iterations += other.iterations
+        self.drafted += other.drafted
+        self.accepted_per_iteration.extend(other.accepted_per_iteration)
+        self.target_calls += other.target_calls
+        self.draft_calls += other.draft_calls
+        self.emitted += other.emitted
+        self.rejections += other.rejections
+        for key, seconds in other.seconds.items():
+            self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+        return self
+
     def summary(self) -> str:
         return (
             f"k={self.k}: {self.emitted} tokens in {self.iterations} iterations, "
@@ -100,9 +111,14 @@ class SpecStats:
 # ------------------------------------------------------------------------------ input checks
 
 
-def _check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model") -> torch.Tensor:
-    if not isinstance(model, CharGPT):
-        raise ValueError(f"{name} must be a CharGPT; got {type(model).__name__}")
+def check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model") -> torch.Tensor:
+    """The prompt as 1-D int64 ids, checked against ``model`` and ``max_new_tokens``.
+
+    Accepts a 1-D tensor (or ``[1, T]``) or a list of ints. Raises ValueError when ``model``
+    is not a ``CharGPT``, the prompt is empty or holds ids outside the vocabulary, or prompt
+    plus ``max_new_tokens`` exceeds the model's context.
+    """
+    check_model(model, name)
     if isinstance(prompt_ids, torch.Tensor):
         ids = prompt_ids
     else:
@@ -138,50 +154,14 @@ def _check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model")
     return ids.to(torch.long)
 
 
-class _Sampling:
-    """Temperature / top-k / top-p, checked once, then applied with as few ops as possible.
-
-    ``logits(x)`` returns the processed logits (filtered entries at -inf) whose softmax is
-    the distribution sampled from; ``probs(x)`` that softmax. Sampling uses the Gumbel-max
-    trick: ``argmax(logits + G)`` with ``G = -log(E)``, ``E ~ Exp(1)``, is an exact sample
-    of ``softmax(logits)`` (the exponential race of lesson 01 in log space). The noise is
-    drawn in bulk, once per call of ``generate`` / ``speculative_generate``, so a sampled
-    token costs one addition and one argmax: no normalisation, no per-token random call.
-    At temperature 0 the distribution is one-hot at the argmax and no noise is used.
-    """
-
-    def __init__(self, temperature: float, top_k: int | None, top_p: float | None):
-        _check_processing(temperature, top_k, top_p)
-        self.greedy = temperature == 0
-        self.plain = top_k is None and top_p is None
-        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        # Greedy decoding only takes an argmax: the logits pass through unscaled.
-        self.inv_t = 1.0 / temperature if temperature else 1.0
-
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        if self.plain or self.greedy:
-            return x if self.inv_t == 1.0 else x * self.inv_t
-        x = apply_temperature(x.float(), self.temperature)
-        if self.top_k is not None:
-            x = top_k_filter(x, int(self.top_k))
-        if self.top_p is not None:
-            x = top_p_filter(x, float(self.top_p))
-        return x
-
-    def probs(self, x: torch.Tensor) -> torch.Tensor:
-        if self.greedy:
-            return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).float()
-        return self.logits(x).softmax(-1)
-
-
 def _next_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """Logits ``[V]`` after the last of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
-    return F.linear(model._decode(ids, cache)[0, -1], model.lm_head.weight)
+    return F.linear(model.decode_hidden(ids, cache)[0, -1], model.lm_head.weight)
 
 
 def _all_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """Logits ``[T, V]`` for every one of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
-    return F.linear(model._decode(ids, cache)[0], model.lm_head.weight)
+    return F.linear(model.decode_hidden(ids, cache)[0], model.lm_head.weight)
 
 
 def _gumbel(exp_draws: torch.Tensor) -> torch.Tensor:
@@ -212,8 +192,8 @@ def generate(
     empty or out-of-vocabulary prompt, bad options, or a total length beyond the model's
     block size.
     """
-    ids = _check_prompt(model, prompt_ids, max_new_tokens)
-    smp = _Sampling(temperature, top_k, top_p)
+    ids = check_prompt(model, prompt_ids, max_new_tokens)
+    smp = SamplingOptions(temperature, top_k, top_p)
     n0 = ids.numel()
     end = n0 + max_new_tokens
     out = torch.empty(end, dtype=torch.long)
@@ -273,15 +253,15 @@ def speculative_generate(
     Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, or models
     with different vocabularies.
     """
-    ids = _check_prompt(target, prompt_ids, max_new_tokens, "target")
-    _check_prompt(draft, ids, max_new_tokens, "draft")
+    ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
+    check_prompt(draft, ids, max_new_tokens, "draft")
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError(
             f"target and draft must share a vocabulary; got sizes {target.config.vocab_size} "
             f"and {draft.config.vocab_size}"
         )
     check_int(k, "k (drafts per iteration)")
-    smp = _Sampling(temperature, top_k, top_p)
+    smp = SamplingOptions(temperature, top_k, top_p)
     greedy = smp.greedy
     V = target.config.vocab_size
     n = ids.numel()
@@ -377,43 +357,3 @@ def caches_consistent(
     return torch.allclose(cache.k[..., :L, :], fresh.k[..., :L, :], atol=atol) and torch.allclose(
         cache.v[..., :L, :], fresh.v[..., :L, :], atol=atol
     )
-
-
-# ------------------------------------------------------------------------------------------ CLI
-
-
-def cli_generate(args) -> int:
-    """``specdec-course generate``: continue a prompt with the shipped pair and print stats."""
-    from .data import CharTokenizer
-    from .model import load_pretrained
-
-    torch.set_num_threads(1)
-    target = load_pretrained("target")
-    tok = CharTokenizer(target.vocab)
-    prompt = tok.encode(args.prompt)
-    g = torch.Generator().manual_seed(args.seed)
-    opts = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=g)
-    t0 = time.perf_counter()
-    if args.method == "autoregressive":
-        out = generate(target, prompt, args.max_new_tokens, **opts)
-        stats = None
-    elif args.method == "speculative":
-        draft = load_pretrained("draft")
-        out, stats = speculative_generate(
-            target, draft, prompt, args.max_new_tokens, k=args.k, **opts
-        )
-    else:
-        from . import medusa
-
-        heads = medusa.load_heads()
-        out, stats = medusa.medusa_generate(target, heads, prompt, args.max_new_tokens, **opts)
-    dt = time.perf_counter() - t0
-    print(tok.decode(out))
-    print("-" * 60)
-    print(
-        f"{args.method}: {args.max_new_tokens} new characters in {dt:.2f}s "
-        f"({args.max_new_tokens / dt:.0f} chars/s)"
-    )
-    if stats is not None:
-        print(stats.summary())
-    return 0

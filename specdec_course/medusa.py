@@ -50,10 +50,10 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from ._validate import check_int
-from .decoding import SpecStats, _check_prompt, _Sampling
-from .model import CharGPT, KVCache
+from .decoding import SpecStats, check_prompt
+from .model import CharGPT, KVCache, check_model
 from .paths import checkpoints_dir
-from .sampling import exp_noise, uniform_open_closed
+from .sampling import SamplingOptions, exp_noise, uniform_open_closed
 
 __all__ = [
     "DEFAULT_HEADS",
@@ -84,8 +84,7 @@ __all__ = [
     "load_heads",
     "REBUILD_COMMAND",
     "run_medusa",
-    "cli_train",
-    "cli_train_medusa",
+    "train_shipped_heads",
 ]
 
 DEFAULT_HEADS = 3
@@ -169,8 +168,7 @@ class MedusaHeads(nn.Module):
     @classmethod
     def from_target(cls, target: CharGPT, n_heads: int = DEFAULT_HEADS) -> MedusaHeads:
         """Heads for ``target``: each output layer a copy of ``target.lm_head`` (Medusa init)."""
-        if not isinstance(target, CharGPT):
-            raise ValueError(f"target must be a CharGPT; got {type(target).__name__}")
+        check_model(target, "target")
         heads = cls(target.config.n_embd, target.config.vocab_size, n_heads)
         w = target.lm_head.weight.detach()
         with torch.no_grad():
@@ -415,8 +413,7 @@ def greedy_tree(accuracy: torch.Tensor, n_nodes: int) -> list[tuple[int, ...]]:
     acc = torch.as_tensor(accuracy, dtype=torch.float64)
     if acc.dim() != 2 or (acc < 0).any() or (acc > 1).any():
         raise ValueError("accuracy must be a [K, R] tensor of values in [0, 1]")
-    if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or n_nodes < 0:
-        raise ValueError(f"n_nodes must be an int >= 0; got {n_nodes!r}")
+    check_int(n_nodes, "n_nodes", minimum=0)
     K, R = acc.shape
     chosen: list[tuple[int, ...]] = []
     frontier = {(r,): float(acc[0, r]) for r in range(R)}
@@ -482,9 +479,9 @@ def _tree_pass(
     # prefix (``prefix``: zeros [T, L]) and its own ancestors, at position L + depth.
     T, L = feed.numel(), cache.length
     if T == 1:
-        return model._decode(feed[None], cache)[0]
+        return model.decode_hidden(feed[None], cache)[0]
     bias = torch.cat([prefix, tree.bias[:T, :T]], dim=1)
-    return model._decode(feed[None], cache, tree.depth[:T] + L, bias)[0]
+    return model.decode_hidden(feed[None], cache, tree.depth[:T] + L, bias)[0]
 
 
 @torch.inference_mode()  # the cache's buffers are often inference tensors (decoding made them)
@@ -579,7 +576,7 @@ def medusa_generate(
     ``max_new_tokens`` new ids. Raises ValueError for bad prompts or options, heads of another
     width or vocabulary, or a tree deeper than the number of heads.
     """
-    ids = _check_prompt(model, prompt_ids, max_new_tokens)
+    ids = check_prompt(model, prompt_ids, max_new_tokens)
     if not isinstance(heads, MedusaHeads):
         raise ValueError(f"heads must be a MedusaHeads; got {type(heads).__name__}")
     if (heads.n_embd, heads.vocab_size) != (model.config.n_embd, model.config.vocab_size):
@@ -598,7 +595,7 @@ def medusa_generate(
             f"the tree is {tb.max_depth} deep but there are only {heads.n_heads} heads; "
             "use a shallower tree or more heads"
         )
-    process = _Sampling(temperature, top_k, top_p).logits  # checks the options
+    process = SamplingOptions(temperature, top_k, top_p).logits  # checks the options
     greedy = temperature == 0
     identity = temperature == 1.0 and top_k is None and top_p is None
     n = ids.numel()
@@ -746,8 +743,7 @@ def collect_hidden(
     """
     from .data import eval_windows
 
-    if not isinstance(target, CharGPT):
-        raise ValueError(f"target must be a CharGPT; got {type(target).__name__}")
+    check_model(target, "target")
     x, _ = eval_windows(ids, target.config.block_size, n_windows)
     hs = [target.hidden_states(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
     return torch.cat(hs), x
@@ -827,8 +823,7 @@ def train_heads(
 
     from .train import TrainConfig, lr_at
 
-    if not isinstance(target, CharGPT):
-        raise ValueError(f"target must be a CharGPT; got {type(target).__name__}")
+    check_model(target, "target")
     for name, v in (("steps", steps), ("batch_size", batch_size)):
         check_int(v, name)
     t0 = time.perf_counter()
@@ -985,40 +980,35 @@ def run_medusa(
             t_plain += t1 - t0
             t_med += t2 - t1
             all_stats.append(st)
-    acc = sum(s.accepted for s in all_stats)
-    its = sum(s.iterations for s in all_stats)
-    emitted = sum(s.emitted for s in all_stats)
-    calls = sum(s.target_calls for s in all_stats)
+    total = MedusaStats(k=tb.max_depth, tree_size=tb.size)
+    for st in all_stats:
+        total.add(st)
     return {
         "medusa_s": t_med,
         "plain_s": t_plain,
         "speedup": t_plain / t_med,
         "stats": all_stats,
-        "mean_accepted": acc / max(1, its),
-        "mean_accepted_length": acc / max(1, its) + 1.0,
-        "tokens_per_target_call": emitted / max(1, calls),
+        "mean_accepted": total.mean_accepted,
+        "mean_accepted_length": total.mean_accepted_length,
+        "tokens_per_target_call": total.tokens_per_target_call,
         "tree_size": tb.size,
     }
 
 
-# ------------------------------------------------------------------------------------------ CLI
+def train_shipped_heads(
+    *, steps: int = 2000, seed: int = 0, out: str | Path | None = None
+) -> tuple[Path, dict, dict]:
+    """Train heads on the shipped target, as the shipped ``medusa.pt`` was, and save them.
 
-
-def cli_train(args) -> int:
-    """``specdec-course train --preset medusa``: train heads on the shipped target."""
+    Returns ``(path, meta, accuracy)``: ``meta`` is what the checkpoint records (steps,
+    seed, validation top-1/top-5 per head), ``accuracy`` is ``head_accuracy`` on 32
+    validation windows. ``out`` defaults to ``data/checkpoints/medusa.pt``.
+    """
     from . import data as D
     from .model import load_pretrained
 
-    threads = getattr(args, "threads", None)
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be >= 1; got {threads}")
-        torch.set_num_threads(threads)
-    steps = getattr(args, "steps", None) or 2000
-    if steps < 1:
-        raise ValueError(f"--steps must be >= 1; got {steps}")
-    seed = getattr(args, "seed", 0) or 0
-    out = Path(args.out) if getattr(args, "out", None) else checkpoints_dir() / "medusa.pt"
+    check_int(steps, "steps")
+    out = Path(out) if out else checkpoints_dir() / "medusa.pt"
     target = load_pretrained("target")
     tok = D.CharTokenizer(target.vocab)
     train_ids, val_ids = D.train_val_split(tok.encode(D.load_corpus()))
@@ -1038,13 +1028,4 @@ def cli_train(args) -> int:
         "command": REBUILD_COMMAND,
     }
     save_heads(out, res.heads, target, meta)
-    print(
-        f"medusa: {res.heads.n_heads} heads, {meta['params']:,} parameters, {steps} steps "
-        f"in {res.seconds:.1f} s -> {out}"
-    )
-    for k, a in enumerate(acc["heads"], start=1):
-        print(f"  head {k} (t+{k + 1}): top-1 {a[1]:.4f}, top-5 {a[5]:.4f} on validation")
-    return 0
-
-
-cli_train_medusa = cli_train
+    return out, meta, acc

@@ -39,6 +39,7 @@ __all__ = [
     "load_pretrained",
     "rebuild_command",
     "preset",
+    "check_model",
 ]
 
 
@@ -113,6 +114,8 @@ class KVCache:
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions (``0 <= n <= length``); raises ValueError otherwise."""
+        # The message names cache.length and n in this form: grading.ex04 reads them back
+        # to explain an off-by-one in a student's rollback.
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.length:
             raise ValueError(
                 f"crop(n) needs an int 0 <= n <= cache.length ({self.length}); got {n!r}"
@@ -297,7 +300,7 @@ class CharGPT(nn.Module):
                         f"[{T}, {start + T}]; got {tuple(attn_mask.shape)} {attn_mask.dtype}"
                     )
                 mask = attn_mask
-            return self._decode(idx, cache, pos, mask)
+            return self.decode_hidden(idx, cache, pos, mask)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x)
@@ -316,22 +319,30 @@ class CharGPT(nn.Module):
         self._fast_params = None
         return super()._apply(*args, **kwargs)
 
-    def _decode(
+    def decode_hidden(
         self,
         idx: torch.Tensor,
         cache: KVCache,
         pos: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The cached forward, unchecked: hidden states ``[B, T, n_embd]`` of the new tokens.
+        """The cached forward, **unchecked**: hidden states ``[B, T, n_embd]`` of new tokens.
 
-        The same arithmetic as the blocks' modules (``Block``, ``CausalSelfAttention``,
-        ``MLP``; tests pin the logits equal), written straight-line over the parameters.
-        At batch 1 a call costs what its few dozen small ops cost to dispatch, not their
-        arithmetic, and going through the modules (hooks, attribute look-ups, dropout
-        calls that do nothing in eval mode) doubles that. ``pos`` defaults to the next
-        positions; ``mask`` (bool, True = may attend) defaults to causal.
-        Callers check their inputs (``forward`` does); decoding loops call this directly.
+        ``idx`` int64 ``[B, T]`` (the new tokens only) extends ``cache`` by ``T`` positions,
+        as ``forward(idx, cache)`` does; multiply by ``lm_head.weight`` for the logits.
+        ``pos`` (int64 ``[T]``) defaults to the next positions; ``mask`` defaults to causal
+        and may be a bool mask (True = may attend) or an additive float bias, of shape
+        ``[T, cache.length + T]`` (tree attention passes one).
+
+        This is the decoding loops' fast path. It checks nothing: ids out of range, a cache
+        of another batch size or a context beyond ``block_size`` give wrong numbers or an
+        index error, not the clear ``ValueError`` of ``forward``; call it only with inputs
+        that ``forward`` has accepted before (same model, same cache, tokens it produced).
+        The arithmetic is the blocks' modules' (``Block``, ``CausalSelfAttention``, ``MLP``;
+        tests pin the logits equal), written straight-line over the parameters: at batch 1
+        a call costs what its few dozen small ops cost to dispatch, and going through the
+        modules (hooks, attribute look-ups, dropout calls that do nothing in eval mode)
+        doubles that.
         """
         params = self._fast_params
         if params is None:
@@ -427,12 +438,7 @@ class CharGPT(nn.Module):
         ``temperature=0`` takes the argmax. Returns ``[B, T + max_new_tokens]``. Raises
         ValueError when the result would not fit in ``block_size`` (no sliding window).
         """
-        if (
-            isinstance(max_new_tokens, bool)
-            or not isinstance(max_new_tokens, int)
-            or max_new_tokens < 0
-        ):
-            raise ValueError(f"max_new_tokens must be an int >= 0; got {max_new_tokens!r}")
+        check_int(max_new_tokens, "max_new_tokens", minimum=0)
         if not temperature >= 0:
             raise ValueError(f"temperature must be >= 0; got {temperature!r}")
         self._check_idx(idx, None)
@@ -469,14 +475,23 @@ def rebuild_command(name: str) -> str:
     return f"specdec-course train --preset {name}"
 
 
+def check_model(model, name: str = "model") -> CharGPT:
+    """Return ``model`` if it is a ``CharGPT``; else ValueError naming the argument."""
+    if not isinstance(model, CharGPT):
+        raise ValueError(
+            f"{name} must be a CharGPT (e.g. model.load_pretrained('target')); "
+            f"got {type(model).__name__}"
+        )
+    return model
+
+
 def save_checkpoint(path: str | Path, model: CharGPT, vocab: str, meta: dict | None = None) -> Path:
     """Write ``{"config", "state_dict", "vocab", "meta"}`` to ``path`` (parents created).
 
     ``vocab`` is the tokenizer's symbols in id order; ``meta`` holds plain numbers and strings
     (steps, seed, validation loss) so that ``torch.load(weights_only=True)`` can read it.
     """
-    if not isinstance(model, CharGPT):
-        raise ValueError(f"model must be a CharGPT; got {type(model).__name__}")
+    check_model(model)
     if not isinstance(vocab, str) or len(vocab) != model.config.vocab_size:
         raise ValueError(f"vocab must be a str of {model.config.vocab_size} symbols")
     path = Path(path)

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from ._validate import ProbLike, check_distribution, check_same_shape
+from ._validate import ProbLike, check_pair
 
 __all__ = [
     "residual_distribution",
@@ -28,16 +28,9 @@ __all__ = [
     "apply_temperature",
     "top_k_filter",
     "top_p_filter",
+    "check_processing",
+    "SamplingOptions",
 ]
-
-
-def _pair(p: ProbLike, q: ProbLike) -> tuple[torch.Tensor, torch.Tensor]:
-    p = check_distribution(p, "p")
-    q = check_distribution(q, "q")
-    check_same_shape(p, q, "p", "q")
-    if p.dtype != q.dtype:
-        q = q.to(p.dtype)
-    return p, q
 
 
 def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -57,7 +50,7 @@ def residual_distribution(p: ProbLike, q: ProbLike) -> torch.Tensor:
     When ``p == q`` there is no residual mass (rejection never happens) and the function
     returns ``p``. Raises ``ValueError`` for bad shapes, NaN, negative or unnormalised input.
     """
-    p, q = _pair(p, q)
+    p, q = check_pair(p, q)
     return _residual(p, q)
 
 
@@ -74,7 +67,7 @@ def speculative_output_distribution(
     resampling distribution, where ``q_eff`` is ``q`` or, for a greedy draft, one-hot at
     ``argmax(q)``. With ``resample="residual"`` this equals ``p`` (up to rounding).
     """
-    p, q = _pair(p, q)
+    p, q = check_pair(p, q)
     q_eff = _effective_draft(q, draft)
     accepted = torch.minimum(p, q_eff)
     beta = accepted.sum()
@@ -156,7 +149,7 @@ def speculative_sample(
     from the residual (``resample="residual"``, exact) or from ``p`` (``resample="target"``,
     the tempting but biased rule, kept for teaching). Raises ``ValueError`` on bad input.
     """
-    p, q = _pair(p, q)
+    p, q = check_pair(p, q)
     q_eff = _effective_draft(q, draft)
     if resample not in ("residual", "target"):
         raise ValueError(f"resample must be 'residual' or 'target', not {resample!r}")
@@ -206,7 +199,8 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def _check_processing(temperature: float, top_k: int | None, top_p: float | None) -> None:
+def check_processing(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """ValueError unless the options are a temperature >= 0, top_k >= 1 and 0 < top_p <= 1."""
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0 means greedy); got {temperature}")
     if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
@@ -227,7 +221,7 @@ def process_logits(
     gives a one-hot vector at the argmax (greedy decoding; top-k/top-p do not change it).
     Both the draft's ``q`` and the target's ``p`` must go through the same processing.
     """
-    _check_processing(temperature, top_k, top_p)
+    check_processing(temperature, top_k, top_p)
     logits = logits.float()
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
@@ -237,3 +231,41 @@ def process_logits(
     if top_p is not None:
         logits = top_p_filter(logits, float(top_p))
     return logits.softmax(dim=-1)
+
+
+class SamplingOptions:
+    """Temperature / top-k / top-p, checked once, then applied with as few ops as possible.
+
+    ``logits(x)`` returns the processed logits (filtered entries at -inf) whose softmax is
+    the distribution sampled from; ``probs(x)`` that softmax. Sampling uses the Gumbel-max
+    trick: ``argmax(logits + G)`` with ``G = -log(E)``, ``E ~ Exp(1)``, is an exact sample
+    of ``softmax(logits)`` (the exponential race of lesson 01 in log space). The noise is
+    drawn in bulk, once per call of ``generate`` / ``speculative_generate``, so a sampled
+    token costs one addition and one argmax: no normalisation, no per-token random call.
+    At temperature 0 the distribution is one-hot at the argmax and no noise is used.
+    """
+
+    def __init__(
+        self, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+    ):
+        check_processing(temperature, top_k, top_p)
+        self.greedy = temperature == 0
+        self.plain = top_k is None and top_p is None
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        # Greedy decoding only takes an argmax: the logits pass through unscaled.
+        self.inv_t = 1.0 / temperature if temperature else 1.0
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plain or self.greedy:
+            return x if self.inv_t == 1.0 else x * self.inv_t
+        x = apply_temperature(x.float(), self.temperature)
+        if self.top_k is not None:
+            x = top_k_filter(x, int(self.top_k))
+        if self.top_p is not None:
+            x = top_p_filter(x, float(self.top_p))
+        return x
+
+    def probs(self, x: torch.Tensor) -> torch.Tensor:
+        if self.greedy:
+            return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).float()
+        return self.logits(x).softmax(-1)

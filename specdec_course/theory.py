@@ -13,27 +13,20 @@ from __future__ import annotations
 
 import math
 
-from ._validate import ProbLike, check_distribution, check_same_shape
+from ._validate import ProbLike, check_pair
 
 __all__ = ["acceptance_rate", "tv_distance", "expected_tokens", "speedup", "optimal_gamma"]
 
 
-def _pair(p: ProbLike, q: ProbLike):
-    p = check_distribution(p, "p")
-    q = check_distribution(q, "q")
-    check_same_shape(p, q, "p", "q")
-    return p.double(), q.double()
-
-
 def acceptance_rate(p: ProbLike, q: ProbLike) -> float:
     """Probability that a token drafted from ``q`` is accepted by ``p``: ``sum(min(p, q))``."""
-    p, q = _pair(p, q)
+    p, q = (t.double() for t in check_pair(p, q))
     return float(min(1.0, max(0.0, p.minimum(q).sum().item())))
 
 
 def tv_distance(p: ProbLike, q: ProbLike) -> float:
     """Total variation distance ``0.5 * sum|p - q|``; equals ``1 - acceptance_rate(p, q)``."""
-    p, q = _pair(p, q)
+    p, q = (t.double() for t in check_pair(p, q))
     return float(min(1.0, 0.5 * (p - q).abs().sum().item()))
 
 

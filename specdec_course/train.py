@@ -20,7 +20,15 @@ from torch.nn import functional as F
 
 from . import data as D
 from ._validate import check_int
-from .model import CharGPT, GPTConfig, load_checkpoint, preset, rebuild_command, save_checkpoint
+from .model import (
+    CharGPT,
+    GPTConfig,
+    check_model,
+    load_checkpoint,
+    preset,
+    rebuild_command,
+    save_checkpoint,
+)
 from .paths import checkpoints_dir
 
 __all__ = [
@@ -33,7 +41,7 @@ __all__ = [
     "next_token_probs",
     "PairStats",
     "pair_stats",
-    "cli_train",
+    "train_preset",
 ]
 
 
@@ -86,8 +94,7 @@ def estimate_loss(
 
     ``n_windows=None`` uses every non-overlapping window. Deterministic for a given model.
     """
-    if not isinstance(model, CharGPT):
-        raise ValueError(f"model must be a CharGPT; got {type(model).__name__}")
+    check_model(model)
     x, y = D.eval_windows(ids, model.config.block_size, n_windows)
     was_training = model.training
     model.eval()
@@ -256,39 +263,50 @@ def pair_stats(
     )
 
 
-def cli_train(args) -> int:
-    if args.preset == "medusa":
-        import importlib
+def train_preset(
+    name: str,
+    *,
+    steps: int | None = None,
+    seed: int = 0,
+    out: str | Path | None = None,
+    init_from: str | Path | None = None,
+    distill_from: str | Path | None = None,
+) -> tuple[Path, dict]:
+    """Train the preset ``name`` ("target" or "draft") on the corpus and save its checkpoint.
 
-        return importlib.import_module("specdec_course.medusa").cli_train(args)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1; got {args.threads}")
-        torch.set_num_threads(args.threads)
-    if args.steps is not None and args.steps < 1:
-        raise ValueError(f"--steps must be >= 1; got {args.steps}")
+    ``steps`` overrides the preset's step count; ``init_from`` starts from a checkpoint's
+    weights; ``distill_from`` trains against a teacher checkpoint's distributions (the
+    shipped draft is distilled from the shipped target). The checkpoint goes to ``out``
+    (default ``data/checkpoints/NAME.pt``) with its training record in ``meta``. Returns
+    ``(path, meta)``. Raises ValueError for a bad preset, step count or a checkpoint of
+    another vocabulary, FileNotFoundError for a missing checkpoint.
+    """
+    if name not in TRAIN_PRESETS:
+        raise ValueError(f"preset must be one of {sorted(TRAIN_PRESETS)}; got {name!r}")
+    if steps is not None:
+        check_int(steps, "steps")
     tok = D.CharTokenizer()
     train_ids, val_ids = D.train_val_split(tok.encode(D.load_corpus()))
-    config = preset(args.preset, tok.vocab_size)
-    tc = TRAIN_PRESETS[args.preset]
-    tc = replace(tc, seed=args.seed, steps=args.steps or tc.steps)
+    config = preset(name, tok.vocab_size)
+    tc = TRAIN_PRESETS[name]
+    tc = replace(tc, seed=seed, steps=steps if steps is not None else tc.steps)
     tc = replace(tc, eval_interval=min(tc.eval_interval, tc.steps))
-    out = Path(args.out) if args.out else checkpoints_dir() / f"{args.preset}.pt"
+    out = Path(out) if out else checkpoints_dir() / f"{name}.pt"
 
     init = teacher = None
     meta: dict = {}
-    if args.init_from:
-        init, ck = load_checkpoint(args.init_from, rebuild=rebuild_command(args.preset))
+    if init_from:
+        init, ck = load_checkpoint(init_from, rebuild=rebuild_command(name))
         if ck["vocab"] != tok.vocab:
-            raise ValueError(f"--init-from {args.init_from} has another vocabulary")
-        meta["init_from"] = str(args.init_from)
+            raise ValueError(f"init_from {init_from} has another vocabulary")
+        meta["init_from"] = str(init_from)
         # Carry the earlier training's record, so the shipped file tells its whole story.
         meta["init_meta"] = {k: v for k, v in ck["meta"].items() if k != "history"}
-    if args.distill_from:
-        teacher, ck = load_checkpoint(args.distill_from, rebuild=rebuild_command("target"))
+    if distill_from:
+        teacher, ck = load_checkpoint(distill_from, rebuild=rebuild_command("target"))
         if ck["vocab"] != tok.vocab:
-            raise ValueError(f"--distill-from {args.distill_from} has another vocabulary")
-        meta["distilled_from"] = str(args.distill_from)
+            raise ValueError(f"distill_from {distill_from} has another vocabulary")
+        meta["distilled_from"] = str(distill_from)
         if init is not None:
             before = pair_stats(teacher, init, val_ids, n_windows=4)
             meta["alpha_before_distill"] = before.alpha
@@ -301,11 +319,11 @@ def cli_train(args) -> int:
         val_ids,
         teacher=teacher,
         init=init,
-        desc=f"{args.preset}{' (distill)' if teacher is not None else ''}",
+        desc=f"{name}{' (distill)' if teacher is not None else ''}",
     )
     val = estimate_loss(res.model, val_ids)
     meta.update(
-        preset=args.preset,
+        preset=name,
         params=res.model.num_parameters(),
         train=asdict(tc),
         threads=torch.get_num_threads(),
@@ -318,13 +336,4 @@ def cli_train(args) -> int:
         meta["alpha_vs_teacher"] = after.alpha
         meta["tv_mean_vs_teacher"] = after.tv_mean
     save_checkpoint(out, res.model, tok.vocab, meta)
-    print(
-        f"{args.preset}: {res.model.num_parameters():,} parameters, {tc.steps} steps in "
-        f"{res.seconds:.1f} s, validation loss {val:.4f} nats/char -> {out}"
-    )
-    if "alpha_vs_teacher" in meta:
-        print(
-            f"alpha vs teacher: {meta.get('alpha_before_distill', float('nan')):.4f} before, "
-            f"{meta['alpha_vs_teacher']:.4f} after distillation"
-        )
-    return 0
+    return out, meta

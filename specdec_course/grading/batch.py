@@ -26,7 +26,6 @@ Grade untrusted work in a container or a throw-away account.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import csv
@@ -61,7 +60,6 @@ __all__ = [
     "write_checks_csv",
     "checks_csv_path",
     "write_junit",
-    "cli_grade",
 ]
 
 CSV_FIELDS = ["file", "exercise", "points", "max_points", "status", "message"]
@@ -700,34 +698,3 @@ def format_summary(results: list[SubmissionResult]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 13)
     return "\n".join(lines)
-
-
-def cli_grade(args: argparse.Namespace) -> int:
-    """``specdec-course grade``: grade, write the CSV (and JUnit XML), print the summary."""
-    out = Path(args.out)
-    if not out.parent.exists():
-        raise FileNotFoundError(f"--out folder {str(out.parent)!r} does not exist; create it")
-    t0 = time.monotonic()
-    results = grade(
-        args.submissions,
-        exercise=args.exercise,
-        workers=args.workers,
-        cell_timeout=args.cell_timeout,
-        notebook_timeout=args.notebook_timeout,
-        memory_mb=args.memory_mb,
-    )
-    wall = time.monotonic() - t0
-    write_csv(results, out)
-    write_checks_csv(results, checks_csv_path(out))
-    if args.junit:
-        write_junit(results, args.junit)
-    print(format_summary(results))
-    total = sum(r.points for r in results)
-    full = sum(r.points == r.max_points and r.max_points > 0 for r in results)
-    print(
-        f"\n{len(results)} submissions graded in {wall:.1f} s "
-        f"({args.workers or os.cpu_count() or 1} workers); {full} with full points; "
-        f"{total:g} points in all. CSV: {out} (per check: {checks_csv_path(out)})"
-        + (f", JUnit: {args.junit}" if args.junit else "")
-    )
-    return 0

@@ -1,0 +1,100 @@
+"""``specdec-course bench verifier|speedup``: benchmarks, reported as ratios in one run."""
+
+from __future__ import annotations
+
+import torch
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks, reported as ratios measured in one run")
+    p.add_argument("what", choices=["verifier", "speedup"])
+    p.add_argument("--method", choices=["draft", "medusa", "all"], default="draft")
+    p.add_argument("--out", default=None, help="folder for JSON/CSV/PNG results")
+    p.add_argument("--quick", action="store_true", help="a small, fast sweep")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--repeats", type=int, default=None)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    if args.what == "verifier":
+        return _verifier(args)
+    return _speedup(args)
+
+
+def _verifier(args) -> int:
+    from .. import bench
+
+    if not torch.cuda.is_available():
+        print(
+            "No CUDA device: the verifier benchmark needs a GPU (the Triton interpreter's "
+            "speed says nothing about one).\nRunning a correctness sweep under the "
+            "interpreter instead: Triton kernels against the PyTorch reference."
+        )
+        rows = bench.interpreter_sweep()
+        for r in rows:
+            print(
+                f"  B={r['B']:2d} K={r['K']} V={r['V']:5d} {r['drafts']:11s} "
+                f"identical tokens: {r['identical']}  accepted per row: {r['accepted']}"
+            )
+        if not all(r["identical"] for r in rows):
+            raise ValueError("the Triton kernels disagree with the reference (see above)")
+        print(
+            "All identical. On a CUDA machine this command times the kernels and writes "
+            "JSON/CSV/PNG results to data/results/."
+        )
+        return 0
+    if args.quick:
+        sweep = bench.QUICK
+    else:
+        sweep = {"batches": bench.BATCHES, "drafts": bench.DRAFTS, "vocabs": bench.VOCABS}
+    cases, meta = bench.run_verifier_sweep(**sweep)
+    paths = bench.save_verifier_results(cases, meta, args.out)
+    print(f"peak bandwidth {meta['peak_gbps']} GB/s ({meta['peak_source']})")
+    for kind, path in paths.items():
+        print(f"wrote {kind}: {path}")
+    return 0
+
+
+def _speedup(args) -> int:
+    """Plain vs speculative decoding on the shipped pair.
+
+    Batch 1, the fixed validation prompts of ``bench.validation_prompts`` (32 characters),
+    200 new characters each, medians over ``--repeats`` runs, one thread; temperatures 1 and
+    0 unless ``--temperature`` picks one. Prints the tables and the cost of one target
+    forward over 1, 2, 4, 8, 16 new tokens, and saves everything as JSON.
+    """
+    from .. import bench
+    from ..data import CharTokenizer
+    from ..model import load_pretrained
+
+    torch.set_num_threads(1)
+    target, draft = load_pretrained("target"), load_pretrained("draft")
+    prompts = bench.validation_prompts(CharTokenizer(target.vocab))
+    temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
+    repeats = args.repeats or (2 if args.quick else 5)
+    ks = (1, 2, 3, 4) if args.quick else bench.SPEEDUP_KS
+    costs = bench.forward_costs(target, draft)
+    print("cost of one cached forward (median):")
+    for n, t, rel in zip(costs["sizes"], costs["target_s"], costs["target_rel"]):
+        print(f"  target, {n:2d} new tokens: {t * 1e6:7.0f} us = {rel:.2f} x one token")
+    print(f"  c = draft call / target call (one token) = {costs['c']:.3f}")
+    results = []
+    for temperature in temps:
+        res = bench.measure_speedup(
+            target, draft, prompts, ks=ks, temperature=temperature, repeats=repeats, progress=True
+        )
+        if args.method in ("medusa", "all"):
+            res["medusa"] = bench.measure_medusa(
+                target, prompts, temperature=temperature, repeats=repeats
+            )
+        results.append(res)
+        print(bench.format_speedup_table(res))
+        if "medusa" in res:
+            print(bench.format_medusa_table(res))
+    command = "specdec-course bench speedup" + (
+        f" --method {args.method}" if args.method != "draft" else ""
+    )
+    path = bench.save_speedup_results(costs, results, command, args.out)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,69 @@
+"""``specdec-course train --preset target|draft|medusa``: rebuild a shipped checkpoint."""
+
+from __future__ import annotations
+
+import torch
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train a preset (target, draft, medusa)")
+    p.add_argument("--preset", required=True, choices=["target", "draft", "medusa"])
+    p.add_argument("--steps", type=int, default=None, help="override the preset's step count")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="checkpoint path (default: data/checkpoints/)")
+    p.add_argument("--distill-from", default=None, help="teacher checkpoint for the draft")
+    p.add_argument("--init-from", default=None, help="start from this checkpoint's weights")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1; got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps must be >= 1; got {args.steps}")
+    if args.preset == "medusa":
+        return _train_medusa(args)
+    from ..train import train_preset
+
+    out, meta = train_preset(
+        args.preset,
+        steps=args.steps,
+        seed=args.seed,
+        out=args.out,
+        init_from=args.init_from,
+        distill_from=args.distill_from,
+    )
+    tc = meta["train"]
+    print(
+        f"{args.preset}: {meta['params']:,} parameters, {tc['steps']} steps in "
+        f"{meta['train_seconds']:.1f} s, validation loss {meta['val_loss']:.4f} nats/char -> {out}"
+    )
+    if "alpha_vs_teacher" in meta:
+        print(
+            f"alpha vs teacher: {meta.get('alpha_before_distill', float('nan')):.4f} before, "
+            f"{meta['alpha_vs_teacher']:.4f} after distillation"
+        )
+    return 0
+
+
+def _train_medusa(args) -> int:
+    from ..medusa import train_shipped_heads
+
+    for flag, value in (("--init-from", args.init_from), ("--distill-from", args.distill_from)):
+        if value is not None:
+            raise ValueError(
+                f"{flag} does not apply to --preset medusa: the heads always start from the "
+                "shipped target's lm_head (Medusa's initialisation); drop the option"
+            )
+    steps = 2000 if args.steps is None else args.steps
+    out, meta, acc = train_shipped_heads(steps=steps, seed=args.seed, out=args.out)
+    print(
+        f"medusa: {meta['n_heads']} heads, {meta['params']:,} parameters, {steps} steps "
+        f"in {meta['train_seconds']:.1f} s -> {out}"
+    )
+    for k, a in enumerate(acc["heads"], start=1):
+        print(f"  head {k} (t+{k + 1}): top-1 {a[1]:.4f}, top-5 {a[5]:.4f} on validation")
+    return 0
