@@ -14,6 +14,7 @@ import copy
 import csv
 import hashlib
 import io
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -311,3 +312,37 @@ def test_bad_arguments_raise_clear_errors(tmp_path):
 def test_cli_reports_a_missing_folder_as_an_error(tmp_path, capsys):
     assert cli.main(["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "g.csv")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_jobs_and_results_cross_the_process_boundary_as_plain_dicts(tmp_path):
+    from specdec_course.grading import Case, CheckResult, checks_for
+    from specdec_course.grading.jobs import Job, Submission, SubmissionResult
+
+    nb = tmp_path / "ex01_a.ipynb"
+    nbformat.write(new_notebook(), nb)
+    job = Job.for_submission(
+        Submission(nb, "ex01"), cell_timeout=5, notebook_timeout=30, memory_mb=0, nonce="N"
+    )
+    assert [c[0] for c in job.checks] == [s.id for s in checks_for("ex01")]
+    assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job  # plain data only
+    res = SubmissionResult(
+        str(nb),
+        "ex01",
+        [CheckResult("ex01.x", "t", "failed", 0.0, 3.0, "wrong", cases=[Case("c", False, "1")])],
+        ["a note"],
+        1.5,
+    )
+    back = SubmissionResult.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back == res and back.first_problem == "ex01.x: wrong"
+    assert SubmissionResult("f", None, notes=["why", "what"]).first_problem == "why; what"
+
+
+def test_whole_number_arguments_are_checked(tmp_path):
+    nb = tmp_path / "ex01_a.ipynb"
+    nbformat.write(new_notebook(), nb)
+    for bad in (-1, True, 2048.0):
+        with pytest.raises(ValueError, match="memory_mb"):
+            batch.grade([nb], memory_mb=bad)
+    for bad in (2.5, True, -3):
+        with pytest.raises(ValueError, match="workers"):
+            batch.grade([nb], workers=bad)

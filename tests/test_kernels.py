@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_verifier import make_position_batch, one_hot_rows, position_chi_squares
+from helpers import make_position_batch, one_hot_rows, position_chi_squares
 
 from specdec_course.kernels import launch, launch_config, rejection_sample_triton
 from specdec_course.verifier import prepare_inputs, rejection_sample

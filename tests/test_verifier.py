@@ -11,18 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import V_SMALL, make_position_batch, one_hot_rows, position_chi_squares
 
 from specdec_course import verifier
-from specdec_course.stats import chi_square_test, counts
 from specdec_course.verifier import rejection_sample
-
-V_SMALL = 6
-
-
-def one_hot_rows(*ids: int, V: int = V_SMALL) -> torch.Tensor:
-    """Target rows that are one-hot: what a temperature-0 target gives."""
-    return torch.nn.functional.one_hot(torch.tensor(ids), V).float()
-
 
 # ----------------------------------------------------------------------------- greedy rows
 
@@ -153,59 +145,6 @@ def test_p_equal_q_accepts_every_draft():
 
 
 # ------------------------------------------------------------------------- distributions
-
-
-def make_position_batch(B: int, *, one_hot: bool, seed: int):
-    """A batch whose position j has the same target p_j in every row.
-
-    Position 0's target has a zero, position 1's draft has a zero, position 2 has p == q, and
-    the drafts are anti-correlated with the target (draft logits = -target logits), so most
-    are rejected. One-hot drafts are argmax(p_j) in half the rows and sampled from p_j in the
-    others (a greedy draft proposes likely tokens); the verifier must be exact for any drafts.
-    A fifth of the rows get a random number of drafts (0 to 3).
-    Returns (draft_ids [B, 3], draft_probs [B, 3, 16] or None, target [B, 4, 16], p [4, 16]).
-    """
-    V, K = 16, 3
-    g = torch.Generator().manual_seed(seed)
-    logits = 1.5 * torch.randn(K + 1, V, generator=torch.Generator().manual_seed(1234))
-    p = torch.softmax(logits, -1)
-    q = torch.softmax(-logits[:K], -1)
-    p[0, 3] = 0
-    p[0] /= p[0].sum()
-    q[1, 5] = 0
-    q[1] /= q[1].sum()
-    q[2] = p[2]
-    source = p[:K] if one_hot else q
-    drafts = torch.stack(
-        [torch.multinomial(source[j], B, replacement=True, generator=g) for j in range(K)], dim=1
-    )
-    if one_hot:
-        greedy = torch.rand(B, K, generator=g) < 0.5
-        drafts = torch.where(greedy, p[:K].argmax(-1), drafts)
-    n = torch.randint(0, K + 1, (B,), generator=g)
-    ragged = torch.rand(B, generator=g) < 0.2
-    n = torch.where(ragged, n, K)
-    drafts[torch.arange(K) >= n.unsqueeze(1)] = -1
-    target = p.expand(B, K + 1, V)
-    draft_probs = None if one_hot else q.expand(B, K, V)
-    return drafts, draft_probs, target, p
-
-
-def position_chi_squares(
-    token_ids: torch.Tensor, num_accepted: torch.Tensor, p: torch.Tensor, *, min_samples: int
-):
-    """Chi-square test per output position j against p_j, over the rows that reach j.
-
-    Conditioned on a row reaching position j (num_accepted >= j), its token there is
-    distributed exactly as p_j: acceptance and residual make any draft exact, and whether a
-    row reaches j depends only on earlier positions' independent randomness.
-    """
-    results = []
-    for j in range(p.shape[0]):
-        sample = token_ids[num_accepted >= j, j]
-        assert sample.numel() >= min_samples, f"position {j}: only {sample.numel()} samples"
-        results.append(chi_square_test(counts(sample, p.shape[1]), p[j].double() / p[j].sum()))
-    return results
 
 
 # One-hot drafts are accepted less often here (with probability p_j(x)), so that case takes

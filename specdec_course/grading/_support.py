@@ -1,4 +1,5 @@
-"""Helpers for writing checks: turn student output into tensors, print it short, seed RNGs."""
+"""Helpers for writing checks: turn student output into tensors, print it short, seed RNGs,
+build small random models."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from specdec_course.model import CharGPT, GPTConfig
 
 
 def fmt(x: Any, digits: int = 4, limit: int = 8) -> str:
@@ -69,3 +72,20 @@ def seeded(seed: int) -> Iterator[torch.Generator]:
         finally:
             np.random.set_state(np_state)
             random.setstate(py_state)
+
+
+def random_model(cfg: GPTConfig, seed: int, scale: float, *, frozen: bool = False) -> CharGPT:
+    """A random ``CharGPT(cfg)`` in eval mode, built after ``torch.manual_seed(seed)``.
+
+    Every weight is multiplied by ``scale``: larger weights than at initialisation give sharp
+    attention and outputs far from uniform, so a wrong mask, scale or temperature shows.
+    ``frozen`` turns gradients off (student code may call the models outside ``no_grad``).
+    """
+    torch.manual_seed(seed)
+    m = CharGPT(cfg).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(scale)
+    if frozen:
+        m.requires_grad_(False)
+    return m

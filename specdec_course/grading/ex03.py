@@ -27,7 +27,7 @@ import torch
 from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 from specdec_course.train import next_token_probs
 
-from ._support import as_number, as_vector, fmt
+from ._support import as_number, as_vector, fmt, random_model
 from .core import Case, call, register
 
 ATOL = 1e-5
@@ -53,11 +53,9 @@ class _Reference:
     """
 
     def __init__(self, seed: int, batch: int = 2):
-        torch.manual_seed(seed)
-        self.model = CharGPT(CFG).eval()
-        with torch.no_grad():  # larger weights than at initialisation: sharp attention, so
-            for p in self.model.parameters():  # a wrong mask or scale shows in the logits
-                p.mul_(4.0)
+        # Larger weights than at initialisation: sharp attention, so a wrong mask or scale
+        # shows in the logits.
+        self.model = random_model(CFG, seed, 4.0)
         self.cache = self.model.new_cache(batch)
         self.gen = torch.Generator().manual_seed(seed)
         self.B = batch
@@ -248,12 +246,7 @@ def _alpha(target, draft, x, temperature) -> float:
 
 
 def _tiny(seed: int) -> CharGPT:
-    torch.manual_seed(seed)
-    m = CharGPT(CFG).eval()
-    with torch.no_grad():  # larger weights than at initialisation: far from uniform outputs
-        for p in m.parameters():
-            p.mul_(8.0)
-    return m
+    return random_model(CFG, seed, 8.0)  # far from uniform outputs
 
 
 @register(

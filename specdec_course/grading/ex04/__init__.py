@@ -1,0 +1,50 @@
+"""Checks of exercise 04: rolling the KV caches back after verification, and one full step.
+
+Students implement, in ``exercises/ex04_rollback.ipynb``:
+
+- ``rollback(cache, prefix_len, num_accepted)``: the cache holds ``prefix_len`` committed
+  tokens followed by the drafts the target scored; keep the prefix and the first
+  ``num_accepted`` drafts (``cache.crop(prefix_len + num_accepted)``); a ``ValueError``
+  unless ``0 <= num_accepted <= cache.length - prefix_len``;
+- ``commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache) -> new_ids``: the
+  bookkeeping after the verifier: append ``token_ids[0, :a + 1]`` (accepted drafts and the
+  recovered or bonus token) to the ``n`` committed ``ids``, crop the target cache to
+  ``n' - 1`` and the draft cache to ``min(draft_cache.length, n' - 1)``;
+- ``speculative_step(target, draft, ids, target_cache, draft_cache, k, verify,
+  generator=None) -> new_ids``: one iteration of speculative decoding at temperature 1: the
+  draft feeds its catch-up ``ids[draft_cache.length:]`` and samples ``k`` drafts, the target
+  scores the pending token and the drafts in one call, ``verify(draft_ids, q, p)`` decides,
+  and both caches are rolled back.
+
+The cache invariant is the package's (see :mod:`specdec_course.decoding`): with ``n``
+committed tokens the target cache holds the first ``n - 1`` (the last one is pending), the
+draft cache the first ``n - 1`` or, right after a full acceptance, ``n - 2``.
+
+The checks use two small random ``CharGPT`` models (fast and deterministic) and compare the
+caches with a fresh run over the committed tokens (:func:`specdec_course.decoding.
+caches_consistent`). ``speculative_step`` is called with a ``verify`` that forces the outcome
+(a rejection in the middle, at the first draft, at the last, full acceptance) and checks
+the ``q`` and ``p`` it receives against the models; a last case runs the step at
+temperature 0 through :func:`specdec_course.verifier.rejection_sample` and compares the
+output with :func:`specdec_course.decoding.generate`'s greedy tokens.
+"""
+
+# isort: off
+# Imported in this order on purpose: the checks register, and are reported and graded, in
+# the order of the exercise.
+from ._common import ATOL, DRAFT_CFG, TARGET_CFG, V
+from .rollback import check_rollback
+from .commit_tokens import check_commit_tokens
+from .speculative_step import check_speculative_step
+
+# isort: on
+
+__all__ = [
+    "ATOL",
+    "DRAFT_CFG",
+    "TARGET_CFG",
+    "V",
+    "check_commit_tokens",
+    "check_rollback",
+    "check_speculative_step",
+]

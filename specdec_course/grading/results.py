@@ -1,0 +1,137 @@
+"""What a check yields and returns: ``Case``, ``CheckResult``, ``ExerciseReport``, statuses.
+
+Plain data with their printed reports; nothing here runs student code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..stats import format_rate
+
+__all__ = ["STATUSES", "Case", "CheckResult", "ExerciseReport"]
+
+# Every status a check result can have, in the CSV and the reports.
+STATUSES = (
+    "passed",  # every case passed: full points
+    "failed",  # a case gave a wrong answer
+    "error",  # the student's code raised (not NotImplementedError)
+    "not attempted",  # the student's code raised NotImplementedError (the untouched stub)
+    "missing",  # the name the check needs is not defined
+    "timeout",  # the check or the notebook ran out of time
+    "crashed",  # the kernel died (memory, os._exit, segfault) before the check ran
+    "unreadable",  # the submission is not a notebook that can be read
+)
+
+
+@dataclass
+class Case:
+    """One verified input: its name, whether it passed and, if not, what was expected and got.
+
+    ``message`` says what the difference probably means ("your output sums to 0.4: did you
+    normalise?"); ``false_failure_rate`` is set by statistical cases (the chance that a
+    correct function fails this case by bad luck).
+    """
+
+    name: str
+    passed: bool
+    expected: str = ""
+    got: str = ""
+    message: str = ""
+    false_failure_rate: float = 0.0
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check on one student object; ``str()`` gives the printed report."""
+
+    id: str
+    title: str
+    status: str
+    points: float
+    max_points: float
+    message: str = ""
+    hint: str = ""
+    cases: list[Case] = field(default_factory=list)
+    false_failure_rate: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckResult:
+        d = dict(d)
+        d["cases"] = [Case(**c) for c in d.get("cases", [])]
+        return cls(**d)
+
+    def report(self) -> str:
+        mark = {"passed": "PASSED", "not attempted": "NOT ATTEMPTED"}.get(
+            self.status, self.status.upper()
+        )
+        lines = [f"{self.id}: {_pts(self.points)}/{_pts(self.max_points)} points, {mark}"]
+        if self.title:
+            lines[0] += f"  ({self.title})"
+        for c in self.cases:
+            lines.append(f"  [{'ok' if c.passed else 'XX'}] {c.name}")
+        first = next((c for c in self.cases if not c.passed), None)
+        if first is not None:
+            if first.expected or first.got:
+                lines.append(f"  first failure: {first.name}")
+                lines.append(f"    expected: {first.expected}")
+                lines.append(f"    got:      {first.got}")
+        if self.status != "passed" and self.message:
+            lines.append(f"  {self.message}")
+        if self.status in ("failed", "error", "timeout") and self.hint:
+            lines.append(f"  hint: {self.hint}")
+        if self.status == "passed" and self.false_failure_rate > 0:
+            lines.append(
+                f"  (statistical cases: a correct function fails them by chance with "
+                f"probability {format_rate(self.false_failure_rate)})"
+            )
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython shows the report, not a repr
+        printer.text(self.report())
+
+
+@dataclass
+class ExerciseReport:
+    """All checks of one exercise run on one namespace; ``str()`` gives a score table."""
+
+    exercise: str
+    results: list[CheckResult]
+
+    @property
+    def points(self) -> float:
+        return sum(r.points for r in self.results)
+
+    @property
+    def max_points(self) -> float:
+        return sum(r.max_points for r in self.results)
+
+    def report(self) -> str:
+        width = max([len(r.id) for r in self.results] + [5])
+        lines = [f"{self.exercise}: {_pts(self.points)}/{_pts(self.max_points)} points"]
+        for r in self.results:
+            lines.append(
+                f"  {r.id:<{width}}  {_pts(r.points):>4}/{_pts(r.max_points):<4} {r.status}"
+            )
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(self.report())
+
+
+def _pts(x: float) -> str:
+    return f"{x:g}"
