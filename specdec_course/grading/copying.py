@@ -76,7 +76,7 @@ class _Names:
             parts.append(node.attr)
             node = node.value
         if isinstance(node, ast.Call):  # __import__("specdec_course.x"), import_module(...)
-            f = self.dotted(node.func) or ""
+            f = self.dotted(node.func) or (node.func.id if isinstance(node.func, ast.Name) else "")
             if f.split(".")[-1] in ("__import__", "import_module") and node.args:
                 arg = node.args[0]
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):

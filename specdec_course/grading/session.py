@@ -11,6 +11,7 @@ While the kernel runs a call, it may ask for the judge's objects that the call w
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any
 
@@ -112,10 +113,19 @@ class Session:
         if not self.alive:
             raise self.lost or KernelGone("no kernel")
         deadline = time.monotonic() + seconds
+        # Every answer must carry this request's token: a frame that student code wrote into
+        # the channel (without it, or with an old one) is dropped, not taken as an answer.
+        header["t"] = token = secrets.token_hex(8)
+        dropped = 0
         try:
             wire.write_frame(self.proc.to_kernel, header, blobs)
             while True:
                 reply, blob = wire.read_frame(self.proc.from_kernel, deadline)
+                if reply.get("t") != token:
+                    dropped += 1
+                    if dropped > 1000:
+                        raise wire.WireError("flooded")
+                    continue
                 if reply.get("op") != "cb":
                     return reply, blob
                 self._serve(reply, blob)
