@@ -38,6 +38,7 @@ __all__ = [
     "call",
     "call_repeat",
     "check",
+    "KernelLost",
     "checks_for",
     "exercises",
     "grade_namespace",

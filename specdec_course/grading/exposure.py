@@ -19,6 +19,7 @@ refuses. The rules keep the judge's objects the judge's:
 from __future__ import annotations
 
 import functools
+import itertools
 import types
 from typing import Any
 
@@ -46,6 +47,8 @@ _MODULE_METHODS = {
 _CACHE_ATTRS = {"length", "k", "v", "crop", "reset", "batch_size", "capacity", "config"}
 LIVE = {"k", "v"}  # a cache's tensors, kept in step with the kernel's copies
 _PLAIN = (int, float, str, bool, type(None), tuple, list, torch.Size)
+_MAX_INPUT = 2**20  # elements of tensor input per call: the judge's compute is not on offer
+_IDS = itertools.count(1)  # never reused: a stand-in kept from an earlier check names nothing
 
 
 def _materialised(method, *args, **kwargs):
@@ -74,7 +77,7 @@ class Exposed:
         """The tag that stands for ``obj`` on the wire (the same id for the same object)."""
         ref = self.ids.get(id(obj))
         if ref is None:
-            ref = len(self.objects) + 1
+            ref = next(_IDS)
             self.objects[ref] = obj
             self.ids[id(obj)] = ref
         if may_call:
@@ -110,7 +113,8 @@ class Exposed:
         ref = tag["$ref"]
         ref_id = ref[0] if isinstance(ref, list) and ref else None
         if not isinstance(ref_id, int) or ref_id not in self.objects:
-            raise KeyError(f"no such object of the grader's: {ref_id!r}")
+            # Kept from an earlier check, say: the object is gone.
+            raise ReferenceError("that object of the grader's is no longer available")
         return self.objects[ref_id]
 
     # ---- what the kernel asks
@@ -120,6 +124,9 @@ class Exposed:
             raise TypeError(f"the grader's {type(self.objects[ref]).__name__} is not callable")
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise TypeError("keyword arguments must have string names")
+        size = sum(a.numel() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+        if size > _MAX_INPUT:
+            raise ValueError(f"the grader's models take at most {_MAX_INPUT} input elements")
         with torch.no_grad():
             return self.objects[ref](*args, **kwargs)
 

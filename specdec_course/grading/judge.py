@@ -61,6 +61,8 @@ class _Notebook:
         self.notes: list[str] = []
         self.budget = job.notebook_timeout
         self.stopped_at: int | None = None
+        # Replays must leave the checks their time within the judge's own limit.
+        self.end = time.monotonic() + job.deadline_s - len(job.checks) * (job.cell_timeout + 10)
 
     def note(self, text: str) -> None:
         if len(self.notes) < _MAX_NOTES:
@@ -85,14 +87,14 @@ class _Notebook:
                 continue
             first = i not in self.seen
             self.seen.add(i)
-            if self.budget <= 0:
+            if min(self.budget, self.end - time.monotonic()) <= 0:
                 self.stopped_at = i
                 self.note(
                     f"the notebook ran past its {self.job.notebook_timeout:g} s limit and was "
                     f"stopped before code cell {i + 1}"
                 )
                 continue
-            timeout = max(1.0, min(self.job.cell_timeout, self.budget))
+            timeout = max(1.0, min(self.job.cell_timeout, self.budget, self.end - time.monotonic()))
             t0 = time.monotonic()
             try:
                 reply = self.session.run_cell(source, timeout)

@@ -253,7 +253,6 @@ class _Agent:
         return {"names": out}
 
     def call(self, h: dict, blob) -> tuple[dict, list[bytes]]:
-        self.live.clear()
         target = h.get("target", {})
         seed = h.get("seed")
         if seed and seed != self.seed_block:
@@ -316,6 +315,7 @@ class _Agent:
                 return
             op = header.get("op")
             self.token = header.get("t")
+            self.live.clear()  # the judge's caches are kept in step within one call only
             try:
                 if op == "hello":
                     self.send(self.hello(header))

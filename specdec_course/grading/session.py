@@ -135,7 +135,7 @@ class Session:
             ) from None
         except (EOFError, OSError):
             raise self._gone(self._death()) from None
-        except (wire.WireError, KeyError, TypeError, ValueError) as e:
+        except (wire.WireError, KeyError, TypeError, ValueError, ReferenceError) as e:
             raise self._gone(f"it broke the grader's channel ({type(e).__name__})") from None
 
     def _death(self) -> str:
@@ -156,11 +156,11 @@ class Session:
         if h.get("live"):
             items, _ = wire.decode(h["live"], blob[live_off:], ref=self._resolve_ref)
             self.exposed.write_back(items)
-        ref = self.exposed.resolve({"$ref": [h.get("ref")]})
-        ref_id = h["ref"]
+        ref_id = h.get("ref")
         what, name = h.get("what"), h.get("name")
         track = False
         try:
+            self.exposed.resolve({"$ref": [ref_id]})
             value, _ = wire.decode(h.get("value"), blob[:live_off], ref=self._resolve_ref)
             if what == "call":
                 if not (isinstance(value, tuple) and len(value) == 2):
@@ -173,11 +173,8 @@ class Session:
                 result = None
             else:
                 raise TypeError(f"unknown request {what!r}")
-            del ref
             enc, blobs, _ = wire.encode(result, ref=self.exposed.for_results)
             reply = {"op": "cbdone", "value": enc, "track": track}
-        except wire.WireError:
-            raise
         except Exception as e:  # noqa: BLE001 - goes back to the student's code
             blobs, reply = [], {"op": "cbdone", "error": wire.error_info(e)}
         live = self.exposed.live_values()
