@@ -56,6 +56,12 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
         "ex01_untouched": ex1,
         "ex02_solved": sol2,
         "ex02_untouched": ex2,
+        # The other exercises' checks pass models, caches and callbacks to student code, or
+        # inspect a class or a Triton kernel where it lives: all through the judge's channel.
+        "ex03_solved": _read("solutions", "ex03_char_lm.ipynb"),
+        "ex05_solved": _read("solutions", "ex05_triton_race.ipynb"),
+        "ex06_solved": _read("solutions", "ex06_medusa.ipynb"),
+        "ex06_untouched": _read("exercises", "ex06_medusa.ipynb"),
         "ex01_infinite_loop": _defs_only(sol1, [new_code_cell("while True:\n    pass")]),
         "ex01_ignores_interrupt": _defs_only(
             sol1,
@@ -179,14 +185,16 @@ def test_submissions_are_never_modified(graded):
     assert graded["after"] == graded["before"]
 
 
-@pytest.mark.parametrize("name", ["ex01_solved", "ex02_solved"])
+@pytest.mark.parametrize(
+    "name", ["ex01_solved", "ex02_solved", "ex03_solved", "ex05_solved", "ex06_solved"]
+)
 def test_solution_notebooks_get_full_marks(graded, name):
     rows = graded["rows"][name]
     assert _points(rows) == (10, 10)
     assert all(r["status"] == "passed" and r["message"] == "" for r in rows)
 
 
-@pytest.mark.parametrize("name", ["ex01_untouched", "ex02_untouched"])
+@pytest.mark.parametrize("name", ["ex01_untouched", "ex02_untouched", "ex06_untouched"])
 def test_untouched_exercises_get_zero_as_not_attempted(graded, name):
     rows = graded["rows"][name]
     assert _points(rows) == (0, 10)
