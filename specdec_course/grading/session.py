@@ -136,7 +136,7 @@ class Session:
         except (EOFError, OSError):
             raise self._gone(self._death()) from None
         except (wire.WireError, KeyError, TypeError, ValueError, ReferenceError) as e:
-            raise self._gone(f"it broke the grader's channel ({type(e).__name__})") from None
+            raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
 
     def _death(self) -> str:
         code = None
@@ -145,8 +145,9 @@ class Session:
                 code = self.proc.proc.wait(timeout=2)
             except Exception:  # noqa: BLE001 - still running: it closed its pipes
                 code = None
-        if code is not None and code < 0:
-            return f"it was killed by signal {-code} (out of memory, or a crash)"
+        # A signal shows as -N from the kernel itself, as 128 + N through bubblewrap.
+        if code is not None and (code < 0 or code > 128):
+            return f"it was killed by signal {-code if code < 0 else code - 128} (out of memory?)"
         return "it died (out of memory, os._exit or a crash)"
 
     def _serve(self, h: dict, blob) -> None:
@@ -250,7 +251,7 @@ class Session:
             value, back = got
             _write_back(objects, back)
         except (wire.WireError, KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise self._gone(f"it broke the grader's channel ({type(e).__name__})") from None
+            raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
         return value
 
     def close(self) -> None:
