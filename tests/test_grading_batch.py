@@ -4,7 +4,7 @@ One grading run (module fixture) serves every test here: the solved and untouche
 of both exercises, and ex01 submissions that have a syntax error, loop forever, ignore the
 interrupt, raise, kill their kernel, exhaust memory, define nothing, are not JSON, or had
 their cells deleted, reordered and duplicated. Timeouts are small so that the run takes
-about a minute on two cores.
+about a minute on two cores. Attacks on the grader are in ``test_grading_attacks.py``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
         "ex01_untouched": ex1,
         "ex02_solved": sol2,
         "ex02_untouched": ex2,
+        # The other exercises' checks pass models, caches and callbacks to student code, or
+        # inspect a class or a Triton kernel where it lives: all through the judge's channel.
+        "ex03_solved": _read("solutions", "ex03_char_lm.ipynb"),
+        "ex05_solved": _read("solutions", "ex05_triton_race.ipynb"),
+        "ex06_solved": _read("solutions", "ex06_medusa.ipynb"),
+        "ex06_untouched": _read("exercises", "ex06_medusa.ipynb"),
         "ex01_infinite_loop": _defs_only(sol1, [new_code_cell("while True:\n    pass")]),
         "ex01_ignores_interrupt": _defs_only(
             sol1,
@@ -132,7 +138,7 @@ def graded(tmp_path_factory):
             "grade", str(folder), "--out", str(out / "grades.csv"),
             "--junit", str(out / "grades.xml"), "--workers", "2",
             "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT),
-            "--memory-mb", str(MEMORY_MB),
+            "--memory-mb", str(MEMORY_MB), "--seed", "0",
         ])  # fmt: skip
     with open(out / "grades.checks.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -179,14 +185,16 @@ def test_submissions_are_never_modified(graded):
     assert graded["after"] == graded["before"]
 
 
-@pytest.mark.parametrize("name", ["ex01_solved", "ex02_solved"])
+@pytest.mark.parametrize(
+    "name", ["ex01_solved", "ex02_solved", "ex03_solved", "ex05_solved", "ex06_solved"]
+)
 def test_solution_notebooks_get_full_marks(graded, name):
     rows = graded["rows"][name]
     assert _points(rows) == (10, 10)
     assert all(r["status"] == "passed" and r["message"] == "" for r in rows)
 
 
-@pytest.mark.parametrize("name", ["ex01_untouched", "ex02_untouched"])
+@pytest.mark.parametrize("name", ["ex01_untouched", "ex02_untouched", "ex06_untouched"])
 def test_untouched_exercises_get_zero_as_not_attempted(graded, name):
     rows = graded["rows"][name]
     assert _points(rows) == (0, 10)
@@ -213,20 +221,22 @@ def test_an_endless_loop_is_interrupted_and_the_rest_is_graded(graded):
     assert _points(graded["rows"]["ex01_infinite_loop"]) == (10, 10)
 
 
-def test_a_cell_that_ignores_the_interrupt_stops_the_notebook_with_a_reason(graded):
-    rows = graded["rows"]["ex01_ignores_interrupt"]
-    assert _points(rows)[0] == 0
-    assert all(r["status"] == "timeout" and "interrupt" in r["message"] for r in rows)
+def test_a_cell_that_ignores_the_interrupt_costs_only_itself(graded):
+    # SIGINT ignored: the kernel's time limit is its own alarm, and a cell that escapes that
+    # too is killed and skipped; either way the functions defined before it are graded.
+    assert _points(graded["rows"]["ex01_ignores_interrupt"]) == (10, 10)
+    notes = graded["book"]["ex01_ignores_interrupt"]["notes"]
+    assert "interrupted" in notes or "did not stop" in notes
 
 
 def test_a_cell_that_raises_does_not_stop_the_notebook(graded):
     assert _points(graded["rows"]["ex01_raises"]) == (10, 10)
 
 
-def test_a_kernel_that_dies_gets_zero_with_the_reason(graded):
-    rows = graded["rows"]["ex01_kernel_dies"]
-    assert _points(rows)[0] == 0
-    assert all(r["status"] == "crashed" and "kernel died" in r["message"] for r in rows)
+def test_a_cell_that_kills_its_kernel_is_skipped_and_the_rest_graded(graded):
+    assert _points(graded["rows"]["ex01_kernel_dies"]) == (10, 10)
+    notes = graded["book"]["ex01_kernel_dies"]["notes"]
+    assert "killed the kernel" in notes and "run again without it" in notes
 
 
 def test_a_memory_hog_hits_the_cap_and_loses_only_what_it_lacks(graded):
@@ -321,7 +331,11 @@ def test_jobs_and_results_cross_the_process_boundary_as_plain_dicts(tmp_path):
     nb = tmp_path / "ex01_a.ipynb"
     nbformat.write(new_notebook(), nb)
     job = Job.for_submission(
-        Submission(nb, "ex01"), cell_timeout=5, notebook_timeout=30, memory_mb=0, nonce="N"
+        Submission(nb, "ex01", source=nb.read_text()),
+        cell_timeout=5,
+        notebook_timeout=30,
+        memory_mb=0,
+        seed=3,
     )
     assert [c[0] for c in job.checks] == [s.id for s in checks_for("ex01")]
     assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job  # plain data only
@@ -331,6 +345,8 @@ def test_jobs_and_results_cross_the_process_boundary_as_plain_dicts(tmp_path):
         [CheckResult("ex01.x", "t", "failed", 0.0, 3.0, "wrong", cases=[Case("c", False, "1")])],
         ["a note"],
         1.5,
+        flags=["a flag"],
+        seed=3,
     )
     back = SubmissionResult.from_dict(json.loads(json.dumps(res.to_dict())))
     assert back == res and back.first_problem == "ex01.x: wrong"

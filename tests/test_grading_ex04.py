@@ -226,7 +226,13 @@ def graded_notebooks(tmp_path_factory):
     )
     nbformat.write(wrong, folder / "ex04_keeps_rejected.ipynb")
     results = batch.grade(
-        [folder], workers=2, cell_timeout=30, notebook_timeout=120, memory_mb=0, progress=False
+        [folder],
+        workers=2,
+        cell_timeout=30,
+        notebook_timeout=120,
+        memory_mb=0,
+        progress=False,
+        seed=0,
     )
     return {Path(r.file).stem: r for r in results}
 

@@ -7,11 +7,13 @@ Students call :func:`check` in their notebook::
     check("ex01", globals())                                      # the whole exercise
 
 It prints which cases passed, the points, and the first failure with expected against got,
-and never raises: an untouched stub (``raise NotImplementedError``) is "not attempted".
+and never raises: an untouched stub (``raise NotImplementedError``) is "not attempted". It
+runs in the notebook's own process, on the visible cases.
 
 Instructors grade a class with ``specdec-course grade SUBMISSIONS... --out grades.csv``
-(:mod:`specdec_course.grading.batch`): each notebook runs in its own kernel, then every check
-is run on the functions the notebook defined, found by name.
+(:mod:`specdec_course.grading.batch`): each notebook runs in its own sandboxed kernel, and
+every check runs in the grader (the judge), on cases drawn fresh from the run's seed,
+calling the functions the notebook defined, found by name, through a narrow channel.
 
 Adding an exercise
 ------------------
@@ -34,6 +36,13 @@ imported on first use) and register its checks::
   a needed name bound to a function imported from ``specdec_course`` scores 0 ("imported
   rather than written"), so list only what the student writes.
 - Compare against the package's reference implementation, never a copy of its logic.
+- Under the batch grader the student's objects live in a kernel: call them only through
+  :func:`call` / :func:`call_repeat` (or directly), with plain data, models, caches or
+  callables as arguments, and expect plain data back. To inspect a student's object itself
+  (a class, a Triton kernel), write a module-level *probe* ``probe(obj, ...)`` returning
+  plain data and ``call(case, probe, obj, ...)``: it runs where the object is.
+- Draw random inputs from seeds passed through ``context.case_seed(n)`` (``n`` inline, fresh
+  per run under the batch grader); add random cases when ``context.fresh_cases()``.
 - Statistical cases use :func:`specdec_course.stats.chi_square_test` against the exact
   distribution and pass ``false_failure_rate=result.false_failure_rate``; keep each check's
   total under 1e-4 and each check under about 2 seconds.
@@ -52,6 +61,7 @@ from .core import (
     ExerciseReport,
     StudentError,
     call,
+    call_repeat,
     check,
     checks_for,
     exercises,
@@ -70,6 +80,7 @@ __all__ = [
     "ExerciseReport",
     "StudentError",
     "call",
+    "call_repeat",
     "check",
     "checks_for",
     "exercises",

@@ -13,6 +13,8 @@ import torch
 
 from specdec_course.model import CharGPT, GPTConfig
 
+from . import context
+
 
 def fmt(x: Any, digits: int = 4, limit: int = 8) -> str:
     """A short, rounded rendering of a number, vector or anything else (for expected/got)."""
@@ -61,9 +63,10 @@ def seeded(seed: int) -> Iterator[torch.Generator]:
 
     Students may ignore the generator and use torch's, numpy's or Python's global RNG; seeding
     all of them keeps a check repeatable, and restoring them leaves the notebook's state alone.
+    Calls into a grading kernel inside the block get the same: the kernel seeds its RNGs once.
     """
     np_state, py_state = np.random.get_state(), random.getstate()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), context.seeded_block(seed):
         torch.manual_seed(seed)
         np.random.seed(seed)
         random.seed(seed)

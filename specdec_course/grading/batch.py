@@ -1,31 +1,32 @@
-"""Grade a class: run each submitted notebook in a fresh kernel, then its checks, by name.
+"""Grade a class: each notebook in a sandboxed kernel, every check judged outside it.
 
     specdec-course grade submissions/ --out grades.csv [--junit grades.xml] [--workers 4]
 
 ``grades.csv`` has one row per submission and exercise (the gradebook); ``grades.checks.csv``
 beside it has one row per check, with the reason for every lost point.
 
-Each submission is graded in its own worker process, several at a time. The worker copies
-the notebook to a temporary folder (the submission is never modified), starts a kernel with
-a memory cap, runs every code cell with nbclient (errors do not stop the run; a cell that
-runs past ``cell_timeout`` is interrupted), then runs one extra cell that looks the exercise's
-functions up in the kernel's globals and checks them (:mod:`._inkernel`). So the grade does not
-depend on which cells the student kept, deleted, moved or duplicated, only on the functions
-that exist at the end.
+How it works (:mod:`.runner`, :mod:`.worker`, :mod:`.judge`):
 
-Whatever a submission does, the batch goes on: invalid JSON ("unreadable"), a cell that
-raises, an endless loop (interrupted; the notebook as a whole is stopped at
-``notebook_timeout``), a kernel that dies or runs out of memory ("crashed"), a notebook that
-defines nothing ("missing"). Each gets 0 for what it lacks, with the reason in the message.
-The parent process also keeps a hard deadline per submission and kills the worker and its
-kernel when it passes.
+- every submission is read once, at the start (:mod:`.discovery`): regular files only, up
+  to a size limit, names escaped;
+- a pool of judge processes grades them, several at a time. A judge starts the notebook's
+  kernel in a sandbox (:mod:`.sandbox`: bubblewrap, a cgroup, limits), runs its code cells
+  one by one with a time limit each, then runs every check of the exercise *in the judge*:
+  the check computes the expected values, calls the student's functions (found by name)
+  through a narrow channel (:mod:`.session`, :mod:`.wire`: plain data in and out), and
+  decides. Nothing the kernel prints or sends is taken as a result;
+- the cases are drawn fresh from the run's seed (recorded in the gradebook; ``--seed``
+  reproduces a run), while a notebook's own ``check(...)`` cells use the visible ones;
+- a cell that raises or runs past its limit costs only itself; a cell that kills its kernel
+  or will not stop is skipped and the notebook replayed without it; a notebook that is not
+  valid JSON is "unreadable", a missing function "missing"; each gets 0 for what it lacks,
+  with the reason; the run goes on;
+- functions that only forward to the course package's reference are flagged
+  (:mod:`.copying`, best effort) and score 0 for that check.
 
-Not a security sandbox: the submission runs as the grading user, like nbgrader and otter.
-Grade untrusted work in a container or a throw-away account.
-
-This module gathers the public names; the work is done by :mod:`.runner` (discovery and the
-pool of workers), :mod:`.worker` (one submission in one kernel), :mod:`.jobs` (the job and
-result records passed between them) and :mod:`.reports` (CSV, JUnit XML, the summary).
+:mod:`.reports` writes the CSVs, JUnit XML and the summary, escaping whatever a submission
+could put there, each file atomically. :mod:`.jobs` holds the records passed between
+processes.
 """
 
 from .jobs import Submission, SubmissionResult
@@ -38,9 +39,10 @@ from .reports import (  # noqa: F401 - the CSV columns were module constants her
     write_csv,
     write_junit,
 )
-from .runner import collect, exercise_of, grade
+from .runner import GradeRun, collect, exercise_of, grade
 
 __all__ = [
+    "GradeRun",
     "Submission",
     "SubmissionResult",
     "collect",

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import context
 from .results import STATUSES, Case, CheckResult, ExerciseReport
 
 __all__ = [
@@ -35,7 +36,9 @@ __all__ = [
     "ExerciseReport",
     "StudentError",
     "call",
+    "call_repeat",
     "check",
+    "KernelLost",
     "checks_for",
     "exercises",
     "grade_namespace",
@@ -49,6 +52,9 @@ __all__ = [
 # Set by the batch grader in the kernels it starts: the notebook's own `check(...)` cells then
 # print one line instead of grading (the grader grades once, at the end, by name).
 BATCH_ENV = "SPECDEC_COURSE_BATCH"
+
+# What inline feedback says about its cases (the batch grader's are drawn fresh each run).
+INLINE_NOTE = "(inline check, on the visible cases; the batch grader draws fresh ones)"
 
 _ID_RE = re.compile(r"^(ex\d{2,})\.([a-z_][a-z0-9_]*)$")
 _EX_RE = re.compile(r"^ex\d{2,}$")
@@ -168,16 +174,49 @@ class CheckTimeout(BaseException):
     pass
 
 
+class KernelLost(BaseException):
+    """The kernel running the student's code was lost during a check (raised by sessions:
+    :class:`.session.KernelGone` is one); ``status`` is "crashed" or "timeout"."""
+
+    why: str = ""
+    status: str = "crashed"
+
+
+def _is_remote(x: Any) -> bool:
+    return getattr(x, "_sd_session", None) is not None
+
+
 def call(case: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call student code for the case named ``case``; wrap anything it raises.
 
     ``NotImplementedError`` passes through unchanged (the runner reports "not attempted");
-    every other exception becomes a :class:`StudentError` naming the case.
+    every other exception becomes a :class:`StudentError` naming the case. Under the batch
+    grader the student's objects live in a kernel (:mod:`.remote`): a call to one runs there,
+    and so does a grading function called with one among its arguments (a probe).
     """
+    return _call(case, func, args, kwargs, None)
+
+
+def call_repeat(case: str, n: int, func: Callable[..., Any], *args: Any, **kwargs: Any) -> list:
+    """``[func(*args, **kwargs) for _ in range(n)]``, as :func:`call` does one call.
+
+    The same argument objects serve every call, as in a loop; under the batch grader the
+    loop runs in the kernel, in one round trip.
+    """
+    return _call(case, func, args, kwargs, int(n))
+
+
+def _call(case: str, func: Callable[..., Any], args: tuple, kwargs: dict, repeat: int | None):
     try:
-        return func(*args, **kwargs)
-    except (NotImplementedError, CheckTimeout):
-        raise
+        if _is_remote(func) or any(_is_remote(a) for a in (*args, *kwargs.values())):
+            from .remote import remote_call
+
+            return remote_call(func, args, kwargs, repeat)
+        if repeat is None:
+            return func(*args, **kwargs)
+        return [func(*args, **kwargs) for _ in range(repeat)]
+    except (NotImplementedError, CheckTimeout, KernelLost, StudentError):
+        raise  # (a StudentError: a probe's call of student code, with its own case)
     except Exception as e:  # the student's bug, reported with the case that triggered it
         raise StudentError(case, e) from e
 
@@ -220,6 +259,9 @@ def _short(exc: BaseException) -> str:
 
 def _where(exc: BaseException) -> str:
     # The last frame of the student's code (a notebook cell), so they know which line.
+    remote = getattr(exc, "_specdec_where", None)
+    if isinstance(remote, str):  # raised in a grading kernel, which said where
+        return remote
     frames = [
         f for f in traceback.extract_tb(exc.__traceback__) if "specdec_course" not in f.filename
     ]
@@ -246,10 +288,13 @@ def run_check(
             f"got {len(objs)}"
         )
     res = CheckResult(check_id, spec.title, "failed", 0.0, spec.points, hint=spec.hint)
+    remote = any(_is_remote(o) for o in objs)
     for name, obj in zip(spec.needs, objs):
-        if not callable(obj):
+        ok = obj.is_callable if _is_remote(obj) else callable(obj)
+        if not ok:
+            kind = obj.type_name if _is_remote(obj) else type(obj).__name__
             res.status = "error"
-            res.message = f"{name} should be a function, but it is a {type(obj).__name__}"
+            res.message = f"{name} should be a function, but it is a {kind}"
             return res
     t0 = time.perf_counter()
     sink = io.StringIO()
@@ -258,11 +303,23 @@ def run_check(
         if quiet
         else (contextlib.nullcontext(), contextlib.nullcontext())
     )
+    # Student code in a kernel is stopped by the kernel (and, failing that, killed by the
+    # session) within the deadline; an alarm here would only interrupt the judge's waiting.
+    limit = context.deadline(time_limit) if remote else _time_limit(time_limit)
     try:
-        with redirect[0], redirect[1], _time_limit(time_limit):
+        with redirect[0], redirect[1], limit:
             for case in spec.func(*objs):
                 res.cases.append(case)
                 res.false_failure_rate += case.false_failure_rate
+    except KernelLost as e:
+        res.status = e.status
+        if e.status == "timeout":
+            res.message = (
+                f"stopped after {time_limit:g} s: the kernel did not stop at the time limit "
+                "and was killed (is there an endless loop that catches every exception?)"
+            )
+        else:
+            res.message = f"the kernel died while this function was checked: {e.why}"
     except NotImplementedError:
         res.status = "not attempted"
         res.message = (
@@ -379,6 +436,7 @@ def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> None:
         else:
             report = run_check(check_id, *objs, time_limit=time_limit)
         print(report.report())
+        print(INLINE_NOTE)
     except Exception as e:  # noqa: BLE001 - inline feedback must never stop a notebook
         print(f"check could not run: {_short(e)}", file=sys.stdout)
 

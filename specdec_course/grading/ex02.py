@@ -17,14 +17,26 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import torch
+
 from specdec_course import theory
 
 from ._support import as_number, fmt
+from .context import case_seed, fresh_cases
 from .core import Case, call, register
 
 ALPHAS = [0.0, 0.1, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99, 1.0]
 GAMMAS = [0, 1, 2, 3, 4, 5, 7, 8, 16]
 COSTS = [0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0]
+
+
+def _random_inputs(seed: int, n: int) -> list[tuple[float, int, float]]:
+    """``n`` random ``(alpha, gamma, c)``: alpha in [0, 1), gamma in 0..16, c in [0, 1)."""
+    g = torch.Generator().manual_seed(case_seed(seed))
+    a = torch.rand(n, generator=g, dtype=torch.float64).tolist()
+    k = torch.randint(0, 17, (n,), generator=g).tolist()
+    c = torch.rand(n, generator=g, dtype=torch.float64).tolist()
+    return [(round(x, 6), int(y), round(z, 6)) for x, y, z in zip(a, k, c)]
 
 
 def _close(got: float, exp: float) -> bool:
@@ -79,6 +91,8 @@ def check_expected_tokens(fn) -> Iterator[Case]:
             [(a, g) for a in ALPHAS for g in GAMMAS],
         ),
     ]
+    if fresh_cases():  # the batch grader's: drawn for this run
+        groups.append(("100 random (alpha, gamma) pairs", [x[:2] for x in _random_inputs(1, 100)]))
     for name, pairs in groups:
         yield _first_failure(
             name,
@@ -138,6 +152,8 @@ def check_speedup(fn) -> Iterator[Case]:
             [(a, g, c) for a in ALPHAS for g in GAMMAS for c in COSTS],
         ),
     ]
+    if fresh_cases():
+        groups.append(("100 random (alpha, gamma, c) triples", _random_inputs(2, 100)))
     for name, triples in groups:
         yield _first_failure(
             name,
@@ -168,13 +184,22 @@ def _gamma_cases() -> list[tuple[str, list[tuple[float, float, int]]]]:
         for c in (0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
         if a > c and _unambiguous(a, c, 64)
     ]
-    return [
+    cases = [
         ("alpha <= c: do not speculate (0)", [(0.25, 0.3, 64), (0.2, 0.5, 64), (0.0, 0.1, 64)]),
         ("drafts as slow as the target (c = 1): 0", [(0.95, 1.0, 64)]),
         ("the best gamma can be max_gamma itself", [(0.99, 0.001, 8), (0.95, 0.01, 5)]),
         ("a small max_gamma is respected", [(0.9, 0.01, 3), (0.8, 0.02, 1)]),
         (f"{len(grid)} (alpha, c) pairs", grid),
     ]
+    if fresh_cases():
+        picked = []
+        for a, m, c in _random_inputs(3, 80):
+            # c below alpha (where speculation may pay), max_gamma 1..16, a clear best gamma.
+            c, m = round(c * a, 6), max(1, m)
+            if _unambiguous(a, c, m) and len(picked) < 40:
+                picked.append((a, c, m))
+        cases.append((f"{len(picked)} random (alpha, c, max_gamma)", picked))
+    return cases
 
 
 def _diagnose_gamma(alpha: float, c: float, max_gamma: int, got: float) -> str:

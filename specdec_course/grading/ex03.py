@@ -28,6 +28,7 @@ from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 from specdec_course.train import next_token_probs
 
 from ._support import as_number, as_vector, fmt, random_model
+from .context import case_seed
 from .core import Case, call, register
 
 ATOL = 1e-5
@@ -53,6 +54,7 @@ class _Reference:
     """
 
     def __init__(self, seed: int, batch: int = 2):
+        seed = case_seed(seed)  # the visible case, or a fresh one under the batch grader
         # Larger weights than at initialisation: sharp attention, so a wrong mask or scale
         # shows in the logits.
         self.model = random_model(CFG, seed, 4.0)
@@ -246,7 +248,7 @@ def _alpha(target, draft, x, temperature) -> float:
 
 
 def _tiny(seed: int) -> CharGPT:
-    return random_model(CFG, seed, 8.0)  # far from uniform outputs
+    return random_model(CFG, case_seed(seed), 8.0)  # far from uniform outputs
 
 
 @register(
@@ -260,7 +262,10 @@ def _tiny(seed: int) -> CharGPT:
 def check_measure_alpha(fn) -> Iterator[Case]:
     a, b = _tiny(1), _tiny(2)
     x = torch.randint(
-        0, CFG.vocab_size, (3, CFG.block_size), generator=torch.Generator().manual_seed(0)
+        0,
+        CFG.vocab_size,
+        (3, CFG.block_size),
+        generator=torch.Generator().manual_seed(case_seed(0)),
     )
     cases = [
         ("a model with itself", a, a, 1.0),

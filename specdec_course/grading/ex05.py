@@ -27,6 +27,7 @@ import torch
 from specdec_course import verifier
 from specdec_course.sampling import exp_noise
 
+from .context import case_seed
 from .core import Case, call, register
 
 __all__ = ["launch_race", "make_race_inputs", "reference_race"]
@@ -132,7 +133,7 @@ def _diagnose(got: torch.Tensor, exp: torch.Tensor, pos, p, q, e, V: int, block_
 def _race_case(
     name: str, kernel, B: int, K: int, V: int, block_v: int, seed: int, zero_tail: int = 0
 ) -> Case:
-    pos, p, q, e = make_race_inputs(B, K, V, seed, zero_tail)
+    pos, p, q, e = make_race_inputs(B, K, V, case_seed(seed), zero_tail)
     exp = reference_race(pos, p, q, e)
     got = call(name, launch_race, kernel, pos, p, q, e, block_v)
     if not isinstance(got, torch.Tensor) or got.shape != exp.shape:

@@ -29,6 +29,7 @@ from torch import nn
 from specdec_course import medusa
 
 from ._support import as_number, as_vector, fmt
+from .context import case_seed, fresh_cases
 from .core import Case, call, register
 
 ATOL = 1e-5
@@ -37,15 +38,68 @@ ATOL = 1e-5
 # ------------------------------------------------------------------------------------ the head
 
 
-def _reference_head(student: nn.Module) -> medusa.MedusaHead:
-    C = student.linear.weight.shape[1]
-    V = student.lm_head.weight.shape[0]
-    ref = medusa.MedusaHead(C, V)
+def _reference_head(weights) -> medusa.MedusaHead:
+    lin_w, lin_b, lm_w = weights
+    ref = medusa.MedusaHead(lin_w.shape[1], lm_w.shape[0])
     with torch.no_grad():
-        ref.block.linear.weight.copy_(student.linear.weight)
-        ref.block.linear.bias.copy_(student.linear.bias)
-        ref.lm_head.weight.copy_(student.lm_head.weight)
+        ref.block.linear.weight.copy_(lin_w)
+        ref.block.linear.bias.copy_(lin_b)
+        ref.lm_head.weight.copy_(lm_w)
     return ref
+
+
+def probe_head(cls, w: torch.Tensor, h: torch.Tensor, g: torch.Generator) -> dict:
+    """Build the student's head from ``w`` and report on it as plain data (a probe: under
+    the batch grader it runs in the kernel, where the class is; the check judges the data).
+
+    Its layers, their shapes, its output on ``h`` fresh, whether ``w`` was shared or changed,
+    and, after its parameters were redrawn from ``g``, its weights and its output again. An
+    error of the constructor propagates; a later one is reported, as plain data, with the
+    case it belongs to, and ends the probe.
+    """
+    from . import wire
+
+    C, V = w.shape[1], w.shape[0]
+    w_before = w.clone()
+    head = call(f"MedusaHead(weight [{V}, {C}])", cls, w)
+    out: dict = {"module": isinstance(head, nn.Module), "type": type(head).__name__}
+    if not out["module"]:
+        return out
+    lin, lm = getattr(head, "linear", None), getattr(head, "lm_head", None)
+    out["layers"] = (type(lin).__name__, type(lm).__name__)
+    if not (isinstance(lin, nn.Linear) and isinstance(lm, nn.Linear)):
+        return out
+    out["shapes"] = (
+        tuple(lin.weight.shape),
+        lin.bias is not None,
+        tuple(lm.weight.shape),
+        lm.bias is None,
+    )
+    if out["shapes"] != ((C, C), True, (V, C), True):
+        return out
+    name = f"C={C}, V={V}"
+    try:
+        with torch.no_grad():
+            out["fresh"] = call(f"{name}: forward of a fresh head", head, h)
+        out["shared"] = lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before)
+        with torch.no_grad():
+            for p in head.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+        out["weights"] = tuple(t.detach().clone() for t in (lin.weight, lin.bias, lm.weight))
+        with torch.no_grad():
+            out["random"] = call(f"{name}: forward with trained weights", head, h)
+    except Exception as e:  # noqa: BLE001 - the student's, reported when the check gets there
+        out["error"] = wire.error_info(e)
+    return out
+
+
+def _step(info: dict, key: str):
+    """The probe's result for ``key``, or the student's error that stopped it before."""
+    from . import wire
+
+    if key not in info and "error" in info:
+        raise wire.rebuild_error(info["error"])
+    return info.get(key)
 
 
 @register(
@@ -58,51 +112,45 @@ def _reference_head(student: nn.Module) -> medusa.MedusaHead:
     "self.lm_head(h + F.silu(self.linear(h)))",
 )
 def check_medusa_head(cls) -> Iterator[Case]:
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(case_seed(0))
     for C, V in ((8, 11), (24, 65)):
         w = torch.randn(V, C, generator=g)
-        w_before = w.clone()
-        head = call(f"MedusaHead(weight [{V}, {C}])", cls, w)
+        h = torch.randn(5, 3, C, generator=g)
+        info = call(f"MedusaHead(weight [{V}, {C}])", probe_head, cls, w, h, g)
+        if not isinstance(info, dict):
+            raise TypeError("the head probe returned no report")
         name = f"C={C}, V={V}"
-        if not isinstance(head, nn.Module):
+        if not info.get("module"):
             yield Case(
                 name,
                 False,
                 "an nn.Module",
-                fmt(type(head).__name__),
+                fmt(str(info.get("type"))),
                 "MedusaHead must subclass nn.Module (call super().__init__())",
             )
             return
-        lin, lm = getattr(head, "linear", None), getattr(head, "lm_head", None)
-        if not (isinstance(lin, nn.Linear) and isinstance(lm, nn.Linear)):
+        shapes = info.get("shapes")
+        if shapes is None:
+            lin, lm = (tuple(info.get("layers") or ()) + ("?", "?"))[:2]
             yield Case(
                 name,
                 False,
                 "attributes linear and lm_head (nn.Linear)",
-                f"linear={type(lin).__name__}, lm_head={type(lm).__name__}",
+                f"linear={lin}, lm_head={lm}",
                 "name the layers self.linear (C -> C) and self.lm_head (C -> V)",
             )
             return
-        shapes = (
-            tuple(lin.weight.shape),
-            lin.bias is not None,
-            tuple(lm.weight.shape),
-            lm.bias is None,
-        )
-        if shapes != ((C, C), True, (V, C), True):
+        if tuple(shapes) != ((C, C), True, (V, C), True):
             yield Case(
                 name,
                 False,
                 f"linear [{C}, {C}] with bias, lm_head [{V}, {C}] no bias",
-                fmt(shapes),
+                fmt(tuple(shapes)),
                 "linear maps C -> C (with bias); lm_head maps C -> V "
                 "without bias, like the target's",
             )
             return
-        h = torch.randn(5, 3, C, generator=g)
-        with torch.no_grad():
-            fresh = call(f"{name}: forward of a fresh head", head, h)
-        fresh = as_vector(fresh)
+        fresh = as_vector(_step(info, "fresh"))
         base = (h @ w.T).double()
         if fresh is None or fresh.shape != base.shape or not torch.allclose(fresh, base, atol=ATOL):
             yield Case(
@@ -115,7 +163,7 @@ def check_medusa_head(cls) -> Iterator[Case]:
             )
             return
         yield Case(f"{name}: a fresh head equals the base head", True)
-        if lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before):
+        if _step(info, "shared") is not False:
             yield Case(
                 f"{name}: lm_head holds its own copy",
                 False,
@@ -125,13 +173,10 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 "w.clone())): training a head must not change the target",
             )
             return
+        weights = _step(info, "weights")
+        got = as_vector(_step(info, "random"))
         with torch.no_grad():
-            for p in head.parameters():
-                p.copy_(torch.randn(p.shape, generator=g))
-        ref = _reference_head(head)
-        with torch.no_grad():
-            got = as_vector(call(f"{name}: forward with trained weights", head, h))
-            exp = ref(h).double()
+            exp = _reference_head(weights).forward(h).double()
         ok = got is not None and got.shape == exp.shape and torch.allclose(got, exp, atol=1e-4)
         yield Case(
             f"{name}: forward with random weights",
@@ -203,7 +248,7 @@ def _diagnose_loss(logits, ids, got: float) -> str:
     "ids[:, 1+k:].reshape(-1)) * 0.8**k, summed",
 )
 def check_medusa_loss(fn) -> Iterator[Case]:
-    g = torch.Generator().manual_seed(6)
+    g = torch.Generator().manual_seed(case_seed(6))
     for K, B, T, V in ((3, 2, 9, 13), (1, 2, 6, 5), (3, 4, 32, 65), (4, 1, 12, 7)):
         logits = 2 * torch.randn(K, B, T, V, generator=g)
         ids = torch.randint(V, (B, T), generator=g)
@@ -238,6 +283,21 @@ TREES = {
     "TREE_SMALL": list(medusa.TREE_SMALL),
     "TREE_LARGE, reversed": list(reversed(medusa.TREE_LARGE)),
 }
+
+
+def _random_tree(seed: int) -> list[tuple[int, ...]]:
+    """Paths of a random tree (depth up to 4, up to 3 children a node), in random order."""
+    g = torch.Generator().manual_seed(seed)
+    paths, frontier = [], [()]
+    while frontier and len(paths) < 24:
+        parent = frontier.pop(0)
+        for child in range(int(torch.randint(0 if parent else 1, 4, (), generator=g))):
+            path = (*parent, child)
+            paths.append(path)
+            if len(path) < 4:
+                frontier.append(path)
+    order = torch.randperm(len(paths), generator=g).tolist()
+    return [paths[i] for i in order]
 
 
 def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
@@ -282,7 +342,10 @@ def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
     "nodes[i][:len(nodes[j])] == nodes[j]",
 )
 def check_tree_attention_mask(fn) -> Iterator[Case]:
-    for name, paths in TREES.items():
+    trees = dict(TREES)
+    if fresh_cases():  # the batch grader's: a tree drawn for this run
+        trees["a random tree"] = _random_tree(case_seed(60))
+    for name, paths in trees.items():
         exp = medusa.tree_attention_mask(paths)
         got_raw = call(name, fn, [tuple(p) for p in paths])
         got = as_vector(got_raw)

@@ -2,16 +2,19 @@
 
 A :class:`Job` goes to a worker process and a :class:`SubmissionResult` comes back; across
 the process boundary (a multiprocessing pipe) each travels as a plain dict, converted by its
-own ``to_dict`` / ``from_dict`` and nowhere else.
+own ``to_dict`` / ``from_dict`` and nowhere else. ``from_dict`` checks every field: a result
+that does not hold together becomes an error result rather than a crash of the parent.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .core import CheckResult, checks_for
+from .results import STATUSES
 
 __all__ = ["CheckInfo", "Job", "Submission", "SubmissionResult"]
 
@@ -21,25 +24,34 @@ CheckInfo = tuple[str, str, float, str]
 
 @dataclass
 class Submission:
+    """A notebook found by :func:`.runner.collect`: its path, the name the reports show, its
+    text (read once, before anything is graded) or why it cannot be graded."""
+
     path: Path
-    exercise: str | None
+    exercise: str | None = None
     why_unknown: str = ""
+    display: str = ""
+    source: str | None = None
+    problem: str = ""  # not read: a FIFO, a link, too large, not UTF-8...
+
+    def __post_init__(self):
+        if not self.display:
+            self.display = str(self.path)
 
 
 @dataclass(frozen=True)
 class Job:
-    """One submission for a worker: which notebook, which checks, and its limits."""
+    """One submission for a worker: its notebook's text, which checks, limits and seed."""
 
-    file: str  # the path as given (what the reports show)
-    path: str  # the absolute path (what the worker copies)
+    file: str  # the name the reports show (control characters already escaped)
     exercise: str
-    # What a worker needs to know about the checks, without importing the exercise module
-    # (and torch) in every worker process.
     checks: tuple[CheckInfo, ...]
     cell_timeout: float
     notebook_timeout: float
     memory_mb: int
-    nonce: str  # marks the grading cell's result lines (nothing the student prints has it)
+    source: str  # the notebook, as read when the run began
+    seed: int | None  # the run's seed (fresh cases); None: the visible ones
+    deadline_s: float  # the judge's own limit for the whole submission
 
     @classmethod
     def for_submission(
@@ -49,18 +61,21 @@ class Job:
         cell_timeout: float,
         notebook_timeout: float,
         memory_mb: int,
-        nonce: str,
+        seed: int | None,
     ) -> Job:
-        """The job for ``sub`` (whose exercise is known), with ``nonce`` for its result lines."""
+        """The job for ``sub`` (whose exercise is known and whose text was read)."""
+        checks = tuple((s.id, s.title, s.points, s.hint) for s in checks_for(sub.exercise))
         return cls(
-            file=str(sub.path),
-            path=str(sub.path.resolve()),
+            file=sub.display,
             exercise=sub.exercise,
-            checks=tuple((s.id, s.title, s.points, s.hint) for s in checks_for(sub.exercise)),
+            checks=checks,
             cell_timeout=float(cell_timeout),
             notebook_timeout=float(notebook_timeout),
             memory_mb=int(memory_mb),
-            nonce=nonce,
+            source=sub.source or "",
+            seed=seed,
+            # Two runs of the notebook (the first and replays), every check, kernel starts.
+            deadline_s=2 * float(notebook_timeout) + len(checks) * (float(cell_timeout) + 10) + 120,
         )
 
     def failed_checks(self, status: str, message: str) -> list[CheckResult]:
@@ -89,6 +104,8 @@ class SubmissionResult:
     checks: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    flags: list[str] = field(default_factory=list)  # copy detection, for the instructor
+    seed: int | None = None
 
     @property
     def points(self) -> float:
@@ -120,10 +137,48 @@ class SubmissionResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SubmissionResult:
+        """The result a worker sent, every field checked (``ValueError`` if malformed)."""
+        if not isinstance(d, dict):
+            raise ValueError("a result must be a dict")
+        checks = [_check_from_dict(c) for c in _list(d.get("checks"))]
+        seconds = d.get("seconds", 0.0)
+        seed = d.get("seed")
         return cls(
-            d["file"],
-            d["exercise"],
-            [CheckResult.from_dict(c) for c in d.get("checks", [])],
-            list(d.get("notes", [])),
-            float(d.get("seconds", 0.0)),
+            _text(d.get("file")),
+            None if d.get("exercise") is None else _text(d.get("exercise")),
+            checks,
+            [_text(n) for n in _list(d.get("notes"))],
+            float(seconds) if _finite(seconds) else 0.0,
+            [_text(n) for n in _list(d.get("flags"))],
+            seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         )
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _text(x: Any) -> str:
+    if not isinstance(x, str):
+        raise ValueError(f"expected text, got {type(x).__name__}")
+    return x
+
+
+def _list(x: Any) -> list:
+    if x is None:
+        return []
+    if not isinstance(x, list):
+        raise ValueError(f"expected a list, got {type(x).__name__}")
+    return x
+
+
+def _check_from_dict(c: Any) -> CheckResult:
+    res = CheckResult.from_dict(c)
+    if res.status not in STATUSES:
+        raise ValueError(f"unknown status {res.status!r}")
+    if not (_finite(res.max_points) and res.max_points >= 0 and _finite(res.points)):
+        raise ValueError("points must be finite numbers")
+    res.points = min(max(float(res.points), 0.0), float(res.max_points))
+    for name in ("id", "title", "message", "hint"):
+        _text(getattr(res, name))
+    return res

@@ -1,41 +1,118 @@
-"""The batch grader's reports: the gradebook CSV, the per-check CSV, JUnit XML, the summary."""
+"""The batch grader's reports: the gradebook CSV, the per-check CSV, JUnit XML, the summary.
+
+Everything a submission can influence (its file name, its exception messages) is text from
+outside: control characters are escaped everywhere (``\\x1b``, ``\\n``: no terminal escape
+codes, no fake rows, always valid XML), and in the CSVs a field that a spreadsheet would
+read as a formula (``=``, ``+``, ``-``, ``@``) gets a leading apostrophe. Each file is written
+to a temporary file beside it and renamed into place, so a reader never sees half of one.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import os
+import tempfile
+import unicodedata
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 from .jobs import SubmissionResult
 
-__all__ = ["checks_csv_path", "format_summary", "write_checks_csv", "write_csv", "write_junit"]
+__all__ = [
+    "checks_csv_path",
+    "escape",
+    "format_summary",
+    "write_checks_csv",
+    "write_csv",
+    "write_junit",
+]
 
-CSV_FIELDS = ["file", "exercise", "points", "max_points", "status", "message"]
+CSV_FIELDS = [
+    *("file", "exercise", "points", "max_points", "status", "message", "notes", "flags", "seed")
+]
 CHECK_CSV_FIELDS = ["file", "exercise", "check", "points", "max_points", "status", "message"]
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def escape(text: object) -> str:
+    """``text`` with every control, format or separator character written as an escape
+    (``\\n``, ``\\x1b``, ``\\u202e``); surrogates from undecodable names likewise."""
+    s = text if isinstance(text, str) else str(text)
+    out = []
+    for ch in s:
+        cat = unicodedata.category(ch)
+        if cat in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") and ch != " ":
+            code = ord(ch)
+            if ch == "\n":
+                out.append("\\n")
+            elif ch == "\t":
+                out.append("\\t")
+            elif ch == "\r":
+                out.append("\\r")
+            elif code < 0x100:
+                out.append(f"\\x{code:02x}")
+            else:
+                out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _cell(text: object) -> str:
+    s = escape(text)
+    return "'" + s if s.startswith(_FORMULA) else s
+
+
+def _atomic_write(path: str | os.PathLike, write: Callable[[io.TextIOBase], None]) -> None:
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
     """The gradebook: one row per submission and exercise.
 
     Columns: file, exercise, points, max_points, status ("passed" or the first non-passing
-    check's status), message (the first problem, prefixed by its check id, and the notes
-    that explain it). A notebook whose exercise is unknown gets status "unknown exercise".
+    check's status), message (the first problem, prefixed by its check id), notes (what
+    happened to the notebook's cells), flags (copy detection, for the instructor) and seed
+    (of the run's cases: ``--seed`` reproduces them). A notebook whose exercise is unknown
+    gets status "unknown exercise".
     """
-    with open(path, "w", newline="", encoding="utf-8") as f:
+
+    def write(f):
         w = csv.writer(f)
         w.writerow(CSV_FIELDS)
         for r in results:
             w.writerow(
                 [
-                    r.file,
-                    r.exercise or "",
+                    _cell(r.file),
+                    _cell(r.exercise or ""),
                     f"{r.points:g}",
                     f"{r.max_points:g}",
-                    r.status,
-                    r.first_problem,
+                    _cell(r.status),
+                    _cell(r.first_problem),
+                    _cell("; ".join(r.notes) if r.checks else ""),
+                    _cell("; ".join(r.flags)),
+                    "" if r.seed is None else str(r.seed),
                 ]
             )
+
+    _atomic_write(path, write)
 
 
 def checks_csv_path(path: str | os.PathLike) -> Path:
@@ -48,34 +125,40 @@ def write_checks_csv(results: list[SubmissionResult], path: str | os.PathLike) -
     """One row per submission and check: file, exercise, check, points, max_points, status,
     message. A notebook whose exercise is unknown gets one row with status "unknown exercise".
     """
-    with open(path, "w", newline="", encoding="utf-8") as f:
+
+    def write(f):
         w = csv.writer(f)
         w.writerow(CHECK_CSV_FIELDS)
         for r in results:
             if not r.checks:
-                w.writerow([r.file, "", "", 0, 0, "unknown exercise", r.first_problem])
+                w.writerow(
+                    [_cell(r.file), "", "", 0, 0, "unknown exercise", _cell(r.first_problem)]
+                )
             for c in r.checks:
                 w.writerow(
                     [
-                        r.file,
-                        r.exercise,
-                        c.id,
+                        _cell(r.file),
+                        _cell(r.exercise),
+                        _cell(c.id),
                         f"{c.points:g}",
                         f"{c.max_points:g}",
-                        c.status,
-                        "" if c.status == "passed" else c.message,
+                        _cell(c.status),
+                        "" if c.status == "passed" else _cell(c.message),
                     ]
                 )
+
+    _atomic_write(path, write)
 
 
 def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> None:
     """JUnit XML: one test suite per submission, one test case per check."""
     root = ET.Element("testsuites", name="specdec-course grade")
     for r in results:
+        file = escape(r.file)
         suite = ET.SubElement(
             root,
             "testsuite",
-            name=r.file,
+            name=file,
             tests=str(max(1, len(r.checks))),
             failures=str(sum(c.status == "failed" for c in r.checks)),
             errors=str(
@@ -84,35 +167,43 @@ def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> Non
             time=f"{r.seconds:.3f}",
         )
         if not r.checks:
-            tc = ET.SubElement(suite, "testcase", classname=r.file, name="exercise")
-            ET.SubElement(tc, "error", message=r.first_problem)
+            tc = ET.SubElement(suite, "testcase", classname=file, name="exercise")
+            ET.SubElement(tc, "error", message=escape(r.first_problem))
         for c in r.checks:
             tc = ET.SubElement(
                 suite,
                 "testcase",
-                classname=f"{r.file}.{r.exercise}",
-                name=c.id,
+                classname=f"{file}.{escape(r.exercise)}",
+                name=escape(c.id),
                 time=f"{c.seconds:.3f}",
             )
             ET.SubElement(tc, "properties")
+            text = "\n".join(escape(line) for line in c.report().split("\n"))
             if c.status == "failed":
-                ET.SubElement(tc, "failure", message=c.message, type=c.status).text = c.report()
+                ET.SubElement(tc, "failure", message=escape(c.message), type=c.status).text = text
             elif c.status != "passed":
-                ET.SubElement(tc, "error", message=c.message, type=c.status).text = c.report()
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+                ET.SubElement(tc, "error", message=escape(c.message), type=c.status).text = text
+
+    def write(f):
+        f.write(ET.tostring(root, encoding="unicode", xml_declaration=True))
+
+    _atomic_write(path, write)
 
 
-def format_summary(results: list[SubmissionResult]) -> str:
-    """The terminal table: one line per submission with points, status and the first problem."""
+def format_summary(results: list[SubmissionResult], warnings: list[str] = ()) -> str:
+    """The terminal table: one line per submission with points, status and the first
+    problem, then ``warnings`` (no sandbox, say) in a box that cannot be missed."""
     rows = [("file", "exercise", "points", "status", "first problem")]
     for r in results:
-        problem = r.first_problem
+        problem = escape(r.first_problem)
+        if r.flags:
+            problem = f"[flagged] {problem}" if problem else "[flagged: " + escape(r.flags[0]) + "]"
         rows.append(
             (
-                r.file,
-                r.exercise or "?",
+                escape(r.file),
+                escape(r.exercise or "?"),
                 f"{r.points:g}/{r.max_points:g}",
-                r.status,
+                escape(r.status),
                 problem if len(problem) <= 90 else problem[:87] + "...",
             )
         )
@@ -122,4 +213,7 @@ def format_summary(results: list[SubmissionResult]) -> str:
         lines.append("  ".join(row[k].ljust(widths[k]) for k in range(4)) + "  " + row[4])
         if n == 0:
             lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 13)
+    if warnings:
+        bar = "!" * 78
+        lines += ["", bar] + [f"!! WARNING: {escape(w)}" for w in warnings] + [bar]
     return "\n".join(lines)

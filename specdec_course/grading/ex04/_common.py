@@ -8,6 +8,7 @@ from specdec_course.model import CharGPT, GPTConfig
 from specdec_course.verifier import RejectionResult
 
 from .._support import random_model
+from ..context import case_seed
 
 ATOL = 1e-5
 TARGET_CFG = GPTConfig(vocab_size=17, block_size=64, n_layer=2, n_head=2, n_embd=16)
@@ -15,21 +16,25 @@ DRAFT_CFG = GPTConfig(vocab_size=17, block_size=64, n_layer=1, n_head=2, n_embd=
 V = TARGET_CFG.vocab_size
 
 
-_MODELS: dict[str, CharGPT] = {}
+_MODELS: dict[tuple[int, int], tuple[CharGPT, CharGPT]] = {}
 
 
 def _models() -> tuple[CharGPT, CharGPT]:
-    if not _MODELS:
+    key = (case_seed(0), case_seed(1))
+    if key not in _MODELS:
         # Larger weights than at initialisation: far from uniform outputs. Frozen: student
         # code may call the models outside no_grad.
-        _MODELS["target"] = random_model(TARGET_CFG, 0, 4.0, frozen=True)
-        _MODELS["draft"] = random_model(DRAFT_CFG, 1, 4.0, frozen=True)
-    return _MODELS["target"], _MODELS["draft"]
+        _MODELS.clear()
+        _MODELS[key] = (
+            random_model(TARGET_CFG, key[0], 4.0, frozen=True),
+            random_model(DRAFT_CFG, key[1], 4.0, frozen=True),
+        )
+    return _MODELS[key]
 
 
 def _noisy_copy(model: CharGPT, seed: int, noise: float) -> CharGPT:
     """A draft that agrees with ``model`` often but not always (for the greedy case)."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(case_seed(seed))
     d = CharGPT(model.config).eval()
     d.load_state_dict(model.state_dict())
     with torch.no_grad():
@@ -40,7 +45,7 @@ def _noisy_copy(model: CharGPT, seed: int, noise: float) -> CharGPT:
 
 
 def _tokens(n: int, seed: int) -> torch.Tensor:
-    return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(case_seed(seed)))
 
 
 def _fed(model: CharGPT, ids: torch.Tensor):

@@ -11,6 +11,7 @@ from specdec_course.decoding import generate
 from specdec_course.verifier import RejectionResult, rejection_sample
 
 from .._support import fmt, seeded
+from ..context import case_seed
 from ..core import Case, StudentError, call, register
 from ._common import (
     ATOL,
@@ -189,7 +190,7 @@ def _step_case(fn, target, draft, ids, tc, dc, k, a, seed, i) -> tuple[Case, tor
     verify = _ForcedVerify(target, draft, ids, k, a, dc.length)
     counts = verify.counters = _Counter(target), _Counter(draft)
     try:
-        with seeded(seed) as g:
+        with seeded(case_seed(seed)) as g:
             out = call(label, fn, target, draft, ids.clone(), tc, dc, k, verify, generator=g)
     except StudentError as e:
         if verify.problem is not None:  # what went wrong first
@@ -286,7 +287,7 @@ def check_speculative_step(fn) -> Iterator[Case]:
     ids = prompt.clone()
     tc, dc = _fed(target, ids[:-1]), _fed(near, ids[:-1])
     label = "40 tokens at temperature 0 equal the target's greedy output"
-    with seeded(302) as g:
+    with seeded(case_seed(302)) as g:
         while ids.numel() < prompt.numel() + 40:
             out = call(label, fn, target, near, ids, tc, dc, 3, _greedy_verify, generator=g)
             got = _as_ids(out)

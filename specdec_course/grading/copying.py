@@ -1,0 +1,277 @@
+"""Copy detection on a notebook's source, by the judge (best effort; the instructor judges).
+
+The course package holds the reference implementation of every exercise, and the kernel
+must import the package to run the notebook, so a student can hand in the reference itself.
+This module reads the code cells (their Python syntax tree, never running them) and finds:
+
+- **forwarders**: a needed name bound to the package's own object, by ``import``, by
+  assignment (``f = sampling.residual_distribution``, a ``lambda``, ``functools.partial``,
+  ``types.FunctionType(ref.__code__, ...)``, ``copy.copy``), by a ``def`` that only returns a
+  call to the package or calls the package's function of the same name, or by a class that
+  subclasses the package's. Such a check scores 0, with the reason;
+- **flags** for the instructor (points unchanged): code that reads the course's
+  ``solutions/`` (or finds the repository through ``specdec_course.__file__``), that patches
+  attributes of imported modules (``torch.Tensor.abs = ...``, the grader's own functions),
+  or that inspects the interpreter (``gc.get_objects``, ``sys._getframe``, ``inspect.stack``).
+
+It is a syntax check, not a proof: code built with ``exec`` or ``getattr`` on computed names
+escapes it, and a correct function may trip it. The gradebook says what was found.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["Findings", "scan"]
+
+PACKAGE = "specdec_course"
+_SOLUTIONS = re.compile(r"(^|[/\\])solutions([/\\]|$)")
+_INTROSPECTION = {
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys._getframe",
+    "sys._current_frames",
+    "inspect.stack",
+    "inspect.currentframe",
+    "inspect.getouterframes",
+    "sys.settrace",
+    "sys.setprofile",
+}
+_CLONERS = {
+    "functools.partial",
+    "functools.wraps",
+    "types.FunctionType",
+    "types.MethodType",
+    "copy.copy",
+    "copy.deepcopy",
+}
+
+
+@dataclass
+class Findings:
+    """What :func:`scan` found: forwarders by needed name, and flags for the notebook."""
+
+    forwarders: dict[str, str] = field(default_factory=dict)  # name -> why
+    flags: list[str] = field(default_factory=list)
+
+    def flag(self, why: str) -> None:
+        if why not in self.flags and len(self.flags) < 20:
+            self.flags.append(why)
+
+
+class _Names:
+    """What the notebook's top-level names refer to: package objects and imported modules."""
+
+    def __init__(self):
+        self.package: dict[str, str] = {}  # local name -> dotted path in the package
+        self.modules: dict[str, str] = {}  # local name -> any imported module or object path
+
+    def dotted(self, node: ast.AST) -> str | None:
+        """``a.b.c`` as a path through what ``a`` names, or None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Call):  # __import__("specdec_course.x"), import_module(...)
+            f = self.dotted(node.func) or (node.func.id if isinstance(node.func, ast.Name) else "")
+            if f.split(".")[-1] in ("__import__", "import_module") and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    base = arg.value if f.endswith("import_module") else arg.value.split(".")[0]
+                    return ".".join([base, *reversed(parts)])
+            if f == "getattr" and len(node.args) >= 2:
+                obj, attr = self.dotted(node.args[0]), node.args[1]
+                if obj and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+                    return ".".join([obj, attr.value, *reversed(parts)])
+            return None
+        if not isinstance(node, ast.Name):
+            return None
+        base = self.package.get(node.id) or self.modules.get(node.id)
+        if base is None:
+            return None
+        return ".".join([base, *reversed(parts)])
+
+    def package_ref(self, node: ast.AST) -> str | None:
+        path = self.dotted(node)
+        return path if path and (path == PACKAGE or path.startswith(PACKAGE + ".")) else None
+
+    def refs_in(self, node: ast.AST) -> list[str]:
+        """Every package path named anywhere inside ``node``."""
+        out = []
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Attribute, ast.Name, ast.Call)):
+                p = self.package_ref(sub)
+                if p and p != PACKAGE and p not in out:
+                    out.append(p)
+        return out
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        source = TransformerManager().transform_cell(source)  # magics become Python
+    except Exception:  # noqa: BLE001 - IPython missing or a cell it cannot transform
+        pass
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _top_statements(body: list[ast.stmt]):
+    # Module-level statements, including those inside if / try / with / for at top level
+    # (a definition inside `with when_implemented():` still defines the name).
+    for node in body:
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for attr in ("body", "orelse", "finalbody"):
+            inner = getattr(node, attr, None)
+            if isinstance(inner, list):
+                yield from _top_statements([n for n in inner if isinstance(n, ast.stmt)])
+        for handler in getattr(node, "handlers", None) or ():
+            yield from _top_statements(handler.body)
+
+
+def _bind_import(names: _Names, local: str, target: str) -> None:
+    if target.split(".")[0] == PACKAGE:
+        names.package[local] = target
+        names.modules.pop(local, None)
+    else:
+        names.modules[local] = target
+        names.package.pop(local, None)
+
+
+def _record_import(node: ast.stmt, names: _Names, bindings: dict) -> None:
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            local = a.asname or a.name.split(".")[0]
+            target = a.name if a.asname else a.name.split(".")[0]
+            _bind_import(names, local, target)
+            bindings[local] = ("import", target)
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        for a in node.names:
+            local = a.asname or a.name
+            target = f"{node.module}.{a.name}"
+            _bind_import(names, local, target)
+            bindings[local] = ("import", target)
+
+
+def _forwarding_def(node, names: _Names) -> str | None:
+    """Why a ``def`` only forwards to the package, or None."""
+    body = [
+        s
+        for s in node.body
+        if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        and not isinstance(s, ast.Pass)
+    ]
+    for deco in node.decorator_list:
+        for ref in names.refs_in(deco):
+            return f"is decorated with the package's {ref}"
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            ref = names.package_ref(sub.func)
+            if ref and ref.split(".")[-1] == node.name:
+                return f"calls the package's own {ref}"
+    if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call):
+        ref = names.package_ref(body[0].value.func)
+        if ref:
+            return f"only returns the package's {ref}(...)"
+    return None
+
+
+def _forwarding_value(value: ast.AST, names: _Names) -> str | None:
+    ref = names.package_ref(value)
+    if ref:
+        return f"is the package's {ref}"
+    if isinstance(value, ast.Lambda):
+        refs = names.refs_in(value.body)
+        return f"is a lambda around the package's {refs[0]}" if refs else None
+    if isinstance(value, ast.Call):
+        f = names.dotted(value.func) or ""
+        refs = names.refs_in(value)
+        if refs and (f in _CLONERS or f.split(".")[-1] in ("partial", "FunctionType", "copy")):
+            return f"is {f.split('.')[-1]}(...) of the package's {refs[0]}"
+    refs = names.refs_in(value)
+    return f"is built from the package's {refs[0]}" if refs else None
+
+
+def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _SOLUTIONS.search(node.value):
+                found.flag("reads the course's solutions/ folder")
+        elif isinstance(node, ast.Attribute) and node.attr == "__file__":
+            if names.package_ref(node.value):
+                found.flag("finds the course's files through specdec_course.__file__")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute):
+                    path = names.dotted(t)
+                    if path:
+                        found.flag(f"patches {path}")
+        elif isinstance(node, ast.Call):
+            f = names.dotted(node.func) or ""
+            if f in ("setattr", "builtins.setattr") or (
+                isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
+            ):
+                if node.args and names.dotted(node.args[0]):
+                    found.flag(f"patches {names.dotted(node.args[0])}")
+            elif f in _INTROSPECTION:
+                found.flag(f"inspects the interpreter ({f})")
+            ref = names.package_ref(node.func)
+            if ref and ref.startswith(PACKAGE + ".paths"):
+                found.flag("finds the course's files through specdec_course.paths")
+
+
+def scan(cells: list[str], needs: set[str] | list[str]) -> Findings:
+    """Scan the code ``cells`` (in order) for copies of the package's objects bound to the
+    ``needs`` names, and for flags. Cells that do not parse are skipped. Never raises."""
+    found = Findings()
+    names = _Names()
+    bindings: dict[str, tuple[str, object]] = {}
+    needs = set(needs)
+    for source in cells:
+        tree = _parse(source if isinstance(source, str) else "")
+        if tree is None:
+            continue
+        try:
+            for node in _top_statements(tree.body):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    _record_import(node, names, bindings)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    bindings[node.name] = ("def", _forwarding_def(node, names))
+                    names.package.pop(node.name, None)
+                elif isinstance(node, ast.ClassDef):
+                    refs = [r for b in node.bases for r in names.refs_in(b)]
+                    why = f"subclasses the package's {refs[0]}" if refs else None
+                    bindings[node.name] = ("class", why)
+                    names.package.pop(node.name, None)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    why = _forwarding_value(node.value, names)
+                    ref = names.package_ref(node.value)
+                    for t in targets:
+                        if isinstance(t, ast.Name):
+                            bindings[t.id] = ("assign", why)
+                            if ref:
+                                names.package[t.id] = ref
+                            else:
+                                names.package.pop(t.id, None)
+            _notebook_flags(tree, names, found)
+        except RecursionError:
+            continue
+    for name in sorted(needs):
+        kind, why = bindings.get(name, ("", None))
+        if kind == "import" and isinstance(why, str) and why.startswith(PACKAGE + "."):
+            found.forwarders[name] = f"is imported from the package ({why})"
+        elif kind in ("def", "class", "assign") and why:
+            found.forwarders[name] = str(why)
+    for name, why in found.forwarders.items():
+        found.flag(f"{name} {why}")
+    return found

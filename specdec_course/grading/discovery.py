@@ -1,0 +1,179 @@
+"""Finding the submissions: regular files only, read once, with names safe to print.
+
+Every notebook is read here, at the start, before any is graded: a submission that writes
+to the submissions folder (where no sandbox stops it) cannot change what a classmate handed
+in. Only regular files are opened, and only up to a size limit: a FIFO, a device, a socket,
+a symbolic link that leads to none of those or nowhere, or a file too large is reported in
+the gradebook and never opened; a link to a regular file is followed. Names that are not
+UTF-8 or hold control characters are shown escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from .jobs import Submission
+from .reports import escape
+
+__all__ = ["MAX_NOTEBOOK_BYTES", "collect", "display_name", "exercise_of"]
+
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+
+
+def display_name(path: str | os.PathLike) -> str:
+    """``path`` as the reports show it: undecodable bytes and control characters escaped."""
+    raw = os.fsencode(path)
+    return escape(raw.decode("utf-8", errors="backslashreplace"))
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _read(path: Path, sub: Submission) -> None:
+    """Fill in ``sub.source`` or ``sub.problem`` without ever blocking or reading too much."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        sub.problem = f"cannot be read ({e.strerror})"
+        return
+    link = stat.S_ISLNK(st.st_mode)
+    if link:
+        try:
+            st = os.stat(path)
+        except OSError:
+            sub.problem = "a symbolic link that leads nowhere: not opened"
+            return
+    if not stat.S_ISREG(st.st_mode):
+        sub.problem = f"{_kind(st.st_mode)}{' behind a symbolic link' if link else ''}: not opened"
+        return
+    if st.st_size > MAX_NOTEBOOK_BYTES:
+        sub.problem = f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB: not read"
+        return
+    try:
+        # O_NONBLOCK: should the file be swapped for a FIFO after the check, open does not hang.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        sub.problem = f"cannot be opened ({e.strerror})"
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            sub.problem = "not a regular file: not read"
+            return
+        data, chunks, total = b"", [], 0
+        while total <= MAX_NOTEBOOK_BYTES:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        sub.problem = f"cannot be read ({e.strerror})"
+        return
+    finally:
+        os.close(fd)
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        sub.problem = f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB: not read"
+        return
+    try:
+        sub.source = data.decode("utf-8")
+    except UnicodeDecodeError:
+        sub.problem = "not a readable notebook (not UTF-8 text)"
+
+
+def _is_notebook_name(name: str) -> bool:
+    return name.endswith(".ipynb")
+
+
+def collect(paths: list[str | os.PathLike]) -> list[Submission]:
+    """The notebooks named by ``paths`` (files as given, folders searched recursively), each
+    read now or with the reason it was not.
+
+    Hidden folders and checkpoint folders (``.ipynb_checkpoints``) are skipped; links to
+    folders are not followed. Raises ``FileNotFoundError`` for a path that does not exist and
+    ``ValueError`` when nothing is found or a file given by name is not an ``.ipynb``.
+    """
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not os.path.lexists(p):
+            raise FileNotFoundError(
+                f"submission path {display_name(p)!r} does not exist; check the name"
+            )
+        if p.is_dir():
+            for root, dirs, files in os.walk(p, followlinks=False):
+                rel = Path(root).relative_to(p).parts
+                if any(part.startswith(".") for part in rel):
+                    dirs[:] = []
+                    continue
+                dirs.sort(key=os.fsencode)
+                for name in sorted(files, key=os.fsencode):
+                    if _is_notebook_name(name):
+                        found.append(Path(root) / name)
+                for name in list(dirs):  # links to folders: listed as files by nobody
+                    if _is_notebook_name(name) and os.path.islink(Path(root) / name):
+                        found.append(Path(root) / name)
+        elif not _is_notebook_name(p.name):
+            raise ValueError(
+                f"submission {display_name(p)!r} is not a notebook (.ipynb); pass notebooks "
+                "or folders of notebooks"
+            )
+        else:
+            found.append(p)
+    unique = list(dict.fromkeys(found))
+    if not unique:
+        raise ValueError(
+            f"no .ipynb notebooks found in {', '.join(display_name(p) for p in paths)}"
+        )
+    subs = []
+    for path in unique:
+        sub = Submission(path, display=display_name(path))
+        _read(path, sub)
+        subs.append(sub)
+    return subs
+
+
+def exercise_of(sub: Submission | Path, override: str | None = None) -> tuple[str | None, str]:
+    """Which exercise a notebook is: ``override``, else its metadata, else its file name.
+
+    The exercise notebooks carry ``metadata.specdec_course.exercise``; a renamed copy still
+    says ``ex01`` there. Failing that, ``ex01`` anywhere in the file name counts. Returns
+    ``(exercise, "")`` or ``(None, reason)``. ``sub`` may be a path (it is then read).
+    """
+    from .core import exercises
+
+    if not isinstance(sub, Submission):
+        s = Submission(Path(sub), display=display_name(sub))
+        _read(Path(sub), s)
+        sub = s
+    known = exercises()
+    if override is not None:
+        return override, ""
+    try:
+        meta = json.loads(sub.source or "")["metadata"]["specdec_course"]
+        if isinstance(meta, dict) and meta.get("exercise") in known:
+            return meta["exercise"], ""
+    except Exception:  # noqa: BLE001 - unreadable notebooks fall back to the file name
+        pass
+    m = re.search(r"(?<![a-z0-9])(ex\d{2,})(?!\d)", sub.display.lower().rsplit("/", 1)[-1])
+    if m and m.group(1) in known:
+        return m.group(1), ""
+    name = sub.display.rsplit("/", 1)[-1]
+    return None, (
+        f"cannot tell which exercise {name!r} is (no 'exNN' in its name or metadata); "
+        f"pass --exercise, one of {', '.join(known)}"
+    )

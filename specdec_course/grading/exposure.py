@@ -1,0 +1,194 @@
+"""What student code may do with the judge's objects that a check hands it.
+
+A check passes the student's function the judge's own models, caches and callbacks (ex03's
+random models, ex04's caches and ``verify``). They stay in the judge; the kernel gets
+stand-ins, and every use comes back here as a request that :class:`Exposed` serves, or
+refuses. The rules keep the judge's objects the judge's:
+
+- a model (``nn.Module``) can be called, and read: its submodules (stand-ins too), copies of
+  its parameters, plain attributes (``config``, ``vocab``), and a few methods that change
+  nothing (``eval``, ``new_cache``, ``parameters``, ``state_dict``, ...); no hooks, no
+  ``load_state_dict``, no ``train``, no ``to``;
+- a ``KVCache`` can be read (``length``, ``k``, ``v``, ...), cropped, reset, and have its
+  ``length`` set to a whole number within its capacity; ``k`` and ``v`` are kept in step
+  with the kernel's copies (written back both ways);
+- a callback (``verify``) can be called;
+- nothing else, and no name that starts with an underscore.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from specdec_course.model import KVCache
+
+__all__ = ["Exposed"]
+
+_MODULE_METHODS = {
+    "forward",
+    "eval",
+    "new_cache",
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "state_dict",
+    "num_parameters",
+    "hidden_states",
+    "decode_hidden",
+    "children",
+    "modules",
+}
+_CACHE_ATTRS = {"length", "k", "v", "crop", "reset", "batch_size", "capacity", "config"}
+LIVE = {"k", "v"}  # a cache's tensors, kept in step with the kernel's copies
+_PLAIN = (int, float, str, bool, type(None), tuple, list, torch.Size)
+_MAX_INPUT = 2**20  # elements of tensor input per call: the judge's compute is not on offer
+_IDS = itertools.count(1)  # never reused: a stand-in kept from an earlier check names nothing
+
+
+def _materialised(method, *args, **kwargs):
+    out = method(*args, **kwargs)
+    if isinstance(out, types.GeneratorType):
+        return list(out)
+    return out
+
+
+class Exposed:
+    """The judge's objects the kernel currently holds stand-ins for, by id."""
+
+    def __init__(self):
+        self.objects: dict[int, Any] = {}
+        self.ids: dict[int, int] = {}  # id(obj) -> ref id
+        self.callable: set[int] = set()  # ref ids the kernel may call
+        self.live: set[tuple[int, str]] = set()  # (ref id, "k" | "v") it holds copies of
+
+    def clear(self) -> None:
+        self.objects.clear()
+        self.ids.clear()
+        self.callable.clear()
+        self.live.clear()
+
+    def export(self, obj: Any, *, may_call: bool) -> dict:
+        """The tag that stands for ``obj`` on the wire (the same id for the same object)."""
+        ref = self.ids.get(id(obj))
+        if ref is None:
+            ref = next(_IDS)
+            self.objects[ref] = obj
+            self.ids[id(obj)] = ref
+        if may_call:
+            self.callable.add(ref)
+        return {"$ref": [ref, type(obj).__name__]}
+
+    def for_arguments(self, obj: Any) -> dict | None:
+        """How a check's argument that is not plain data travels: a model, a cache or a
+        callable becomes a stand-in; anything else cannot be passed (``None``)."""
+        if isinstance(obj, nn.Module):
+            return self.export(obj, may_call=True)
+        if isinstance(obj, KVCache):
+            return self.export(obj, may_call=False)
+        if callable(obj):
+            return self.export(obj, may_call=True)
+        return None
+
+    def for_results(self, obj: Any) -> dict | None:
+        """How an answer to the kernel travels: models and caches as stand-ins, the methods
+        handed out as callables; nothing else that is not data."""
+        if isinstance(obj, nn.Module):
+            return self.export(obj, may_call=True)
+        if isinstance(obj, KVCache):
+            return self.export(obj, may_call=False)
+        if isinstance(obj, functools.partial) and obj.func is _materialised:
+            return self.export(obj, may_call=True)
+        return None
+
+    def resolve(self, tag: dict) -> Any:
+        """The object a ``{"$ref": ...}`` from the kernel names; ``KeyError`` if unknown."""
+        if "$ref" not in tag:
+            raise KeyError("the kernel may only name the judge's objects it was given")
+        ref = tag["$ref"]
+        ref_id = ref[0] if isinstance(ref, list) and ref else None
+        if not isinstance(ref_id, int) or ref_id not in self.objects:
+            # Kept from an earlier check, say: the object is gone.
+            raise ReferenceError("that object of the grader's is no longer available")
+        return self.objects[ref_id]
+
+    # ---- what the kernel asks
+
+    def call(self, ref: int, args: tuple, kwargs: dict) -> Any:
+        if ref not in self.callable:
+            raise TypeError(f"the grader's {type(self.objects[ref]).__name__} is not callable")
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise TypeError("keyword arguments must have string names")
+        size = sum(a.numel() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+        if size > _MAX_INPUT:
+            raise ValueError(f"the grader's models take at most {_MAX_INPUT} input elements")
+        with torch.no_grad():
+            return self.objects[ref](*args, **kwargs)
+
+    def getattr(self, ref: int, name: str) -> tuple[Any, bool]:
+        """``(value, live)``: the attribute, and whether it is a cache tensor kept in step."""
+        obj = self.objects[ref]
+        refuse = AttributeError(
+            f"{name!r} of the grader's {type(obj).__name__} is not available to your code "
+            "while it is graded (it stands in for the real one: call it, read its config)"
+        )
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+            raise refuse
+        if isinstance(obj, KVCache):
+            if name not in _CACHE_ATTRS:
+                raise refuse
+            value = getattr(obj, name)
+            if name in LIVE:
+                self.live.add((ref, name))
+                return value, True
+            if callable(value):
+                return functools.partial(_materialised, value), False
+            return value, False
+        if isinstance(obj, nn.Module):
+            if name in obj._modules:
+                return obj._modules[name], False
+            if name in obj._parameters or name in obj._buffers:
+                t = getattr(obj, name)
+                return (None if t is None else t.detach().clone()), False
+            if name in _MODULE_METHODS and callable(getattr(obj, name, None)):
+                return functools.partial(_materialised, getattr(obj, name)), False
+            if name == "training" or name in vars(obj):
+                value = getattr(obj, name)
+                if isinstance(value, _PLAIN) or type(value).__name__ == "GPTConfig":
+                    return value, False
+        raise refuse
+
+    def setattr(self, ref: int, name: str, value: Any) -> None:
+        obj = self.objects[ref]
+        if isinstance(obj, KVCache) and name == "length":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"cache.length must be an int; got {type(value).__name__}")
+            if not 0 <= value <= obj.capacity:
+                raise ValueError(f"cache.length must lie in 0 .. {obj.capacity}; got {value}")
+            obj.length = value
+            return
+        raise AttributeError(
+            f"the grader's {type(obj).__name__} cannot be changed by setting {name!r}"
+        )
+
+    def write_back(self, items: Any) -> None:
+        """Copy the kernel's changes to a cache's ``k`` / ``v`` into the judge's tensors."""
+        for item in items if isinstance(items, list) else ():
+            if not (isinstance(item, list) and len(item) == 3):
+                continue
+            ref, name, value = item
+            if (ref, name) not in self.live or not isinstance(value, torch.Tensor):
+                continue
+            current = getattr(self.objects[ref], name)
+            if current.shape == value.shape and current.dtype == value.dtype:
+                with torch.no_grad():
+                    current.copy_(value)
+
+    def live_values(self) -> list:
+        """``[ref, name, tensor]`` for every cache tensor the kernel holds a copy of."""
+        return [[ref, name, getattr(self.objects[ref], name)] for ref, name in sorted(self.live)]

@@ -1,0 +1,229 @@
+"""The judge: grade one submission with its notebook in a sandboxed kernel.
+
+1. Read the notebook (the runner already holds its text; nothing is read from the
+   submissions folder here) and scan its source for copies (:mod:`.copying`).
+2. Run its code cells one by one in a fresh kernel (:mod:`.session`), each with a time
+   limit. A cell that raises or is interrupted is noted and the run goes on; a cell that
+   kills the kernel, or will not stop, is noted and skipped, and the notebook is replayed in
+   a fresh kernel without it: it costs only what it would have defined.
+3. Run every check of the exercise in this process, on the functions the notebook defined,
+   found by name: each call goes to the kernel with arguments the check chose (cases drawn
+   fresh from the run's seed) and comes back as plain data, which the check judges. Points
+   and statuses come from the registry alone. A kernel lost during a check costs that check;
+   the next one gets a fresh kernel with the notebook replayed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import nbformat
+
+from . import context
+from .copying import scan
+from .core import CheckResult, CheckSpec, checks_for, run_check
+from .jobs import Job, SubmissionResult
+from .remote import Remote
+from .sandbox import Plan
+from .session import KernelGone, Session
+
+__all__ = ["grade_submission"]
+
+_MAX_STARTS = 4  # kernels per submission: the first and at most three replays
+_MAX_NOTES = 12
+
+
+class _Notebook:
+    """The notebook's code cells and a kernel that has run them (except the killers)."""
+
+    def __init__(self, job: Job, plan: Plan, cells: list[str], seq: int):
+        self.job, self.cells = job, cells
+        limits = {
+            "as": job.memory_mb * 2**20 if job.memory_mb else 0,
+            "cpu": int(job.deadline_s) + 30,
+            "nproc": 256,
+            "fsize": 256 * 2**20,
+            "nofile": 1024,
+        }
+        name = os.path.basename(job.file.replace("\\", "/")) or "submission.ipynb"
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100]
+        self.session = Session(
+            plan,
+            tag=f"specdec-grade-{os.getpid()}-{seq}",
+            memory_mb=job.memory_mb,
+            limits=limits,
+            notebook_name=safe or "submission.ipynb",
+            notebook_text=job.source,
+        )
+        self.skipped: set[int] = set()
+        self.seen: set[int] = set()  # cells already run once (their notes are taken)
+        self.notes: list[str] = []
+        self.budget = job.notebook_timeout
+        self.stopped_at: int | None = None
+        # Replays must leave the checks their time within the judge's own limit.
+        self.end = time.monotonic() + job.deadline_s - len(job.checks) * (job.cell_timeout + 10)
+
+    def note(self, text: str) -> None:
+        if len(self.notes) < _MAX_NOTES:
+            self.notes.append(text)
+
+    def run(self) -> bool:
+        """Start a kernel and run the cells; ``False`` if no kernel could be kept alive."""
+        while self.session.starts < _MAX_STARTS:
+            try:
+                self.session.start()
+            except KernelGone as e:
+                self.note(f"the kernel could not start: {e.why}")
+                return False
+            if self._run_cells():
+                return True
+        self.note(f"the kernel was lost {_MAX_STARTS} times: the notebook could not be run")
+        return False
+
+    def _run_cells(self) -> bool:
+        for i, source in enumerate(self.cells):
+            if i in self.skipped or (self.stopped_at is not None and i >= self.stopped_at):
+                continue
+            first = i not in self.seen
+            self.seen.add(i)
+            if min(self.budget, self.end - time.monotonic()) <= 0:
+                self.stopped_at = i
+                self.note(
+                    f"the notebook ran past its {self.job.notebook_timeout:g} s limit and was "
+                    f"stopped before code cell {i + 1}"
+                )
+                continue
+            timeout = max(1.0, min(self.job.cell_timeout, self.budget, self.end - time.monotonic()))
+            t0 = time.monotonic()
+            try:
+                reply = self.session.run_cell(source, timeout)
+            except KernelGone as e:
+                self.budget -= time.monotonic() - t0
+                self.skipped.add(i)
+                what = (
+                    f"ran past {timeout:g} s and did not stop when interrupted"
+                    if e.status == "timeout"
+                    else f"killed the kernel ({e.why})"
+                )
+                self.note(f"code cell {i + 1} {what}; the notebook was run again without it")
+                return False
+            self.budget -= time.monotonic() - t0
+            if not first:
+                continue
+            if reply.get("timeout"):
+                self.note(f"code cell {i + 1} ran past {timeout:g} s and was interrupted")
+            elif isinstance(reply.get("error"), dict):
+                err = reply["error"]
+                text = str(err.get("message", "")).strip().split("\n")[0][:160]
+                name = str(err.get("type", "Error"))
+                self.note(
+                    f"code cell {i + 1} raised {name}: {text}"
+                    if text
+                    else f"code cell {i + 1} raised {name}"
+                )
+        return True
+
+    def revive(self) -> bool:
+        """A fresh kernel with the notebook replayed (after a check lost the kernel)."""
+        if self.session.alive:
+            return True
+        self.budget = self.job.notebook_timeout  # a replay gets the notebook's time again
+        while self.session.starts < _MAX_STARTS:
+            try:
+                self.session.start()
+            except KernelGone:
+                return False
+            if self._run_cells():
+                return True
+        return False
+
+
+def _lost_check(spec: CheckSpec, status: str, message: str) -> CheckResult:
+    return CheckResult(
+        spec.id, spec.title, status, 0.0, spec.points, message=message, hint=spec.hint
+    )
+
+
+def _judge(spec: CheckSpec, nb: _Notebook, forwarders: dict[str, str], job: Job) -> CheckResult:
+    session = nb.session
+    if not nb.revive():
+        why = session.lost.why if session.lost else "it could not be started"
+        return _lost_check(spec, "crashed", f"no kernel to check this function in: {why}")
+    session.exposed.clear()
+    try:
+        info = session.describe(list(spec.needs))
+    except KernelGone as e:
+        return _lost_check(spec, e.status, f"the kernel was lost: {e.why}")
+    absent = [n for n in spec.needs if not (info.get(n) or {}).get("defined")]
+    if absent:
+        note = "; ".join(nb.notes[:3])
+        return _lost_check(
+            spec,
+            "missing",
+            f"no {' or '.join(absent)} is defined: define a function with exactly that name"
+            + (f"; {note}" if note else ""),
+        )
+    for n in spec.needs:
+        module = str((info.get(n) or {}).get("module") or "")
+        if n not in forwarders and module.split(".")[0] == "specdec_course":
+            forwarders[n] = f"is the package's own object ({module})"
+    copied = [n for n in spec.needs if n in forwarders]
+    if copied:
+        return _lost_check(
+            spec,
+            "failed",
+            f"{copied[0]} {forwarders[copied[0]]}: it only forwards to the course package's "
+            "reference instead of implementing it; write your own (flagged for the "
+            "instructor: copy detection is best effort)",
+        )
+    remotes = [Remote(session, n, info[n]) for n in spec.needs]
+    res = run_check(spec.id, *remotes, time_limit=job.cell_timeout, quiet=True)
+    # The verdict is the judge's: points come from the registry, never from the kernel.
+    res.points = spec.points if res.status == "passed" else 0.0
+    return res
+
+
+def grade_submission(job: Job, plan: Plan, seq: int = 0) -> SubmissionResult:
+    """Grade ``job`` (its notebook text, exercise, limits and seed) in kernels under ``plan``.
+
+    Returns one result per check of the exercise, the notes on the notebook's cells and the
+    copy-detection flags. Nothing the submission does raises; a grader bug may.
+    """
+    t0 = time.monotonic()
+    result = SubmissionResult(job.file, job.exercise, seed=job.seed)
+    specs = checks_for(job.exercise)
+    try:
+        nb_obj = nbformat.reads(job.source, as_version=4)
+        nbformat.validate(nb_obj)
+        cells = [c.source for c in nb_obj.cells if c.cell_type == "code"]
+        if not all(isinstance(c, str) for c in cells):
+            raise ValueError("a code cell's source is not text")
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the student's problem
+        msg = str(e).strip().split("\n")[0][:200]
+        reason = f"not a readable notebook ({type(e).__name__}: {msg})"
+        result.checks = job.failed_checks("unreadable", reason)
+        result.notes.append(reason)
+        result.seconds = time.monotonic() - t0
+        return result
+    findings = scan(cells, {n for s in specs for n in s.needs})
+    nb = _Notebook(job, plan, cells, seq)
+    try:
+        nb.run()
+        with context.grading_seed(job.seed):
+            for spec in specs:
+                if time.monotonic() - t0 > job.deadline_s:
+                    result.checks.append(
+                        _lost_check(spec, "timeout", "the submission ran out of grading time")
+                    )
+                    continue
+                forwarders = dict(findings.forwarders)
+                result.checks.append(_judge(spec, nb, forwarders, job))
+                for n, why in forwarders.items():
+                    findings.flag(f"{n} {why}")
+    finally:
+        nb.session.close()
+    result.notes = nb.notes
+    result.flags = findings.flags
+    result.seconds = time.monotonic() - t0
+    return result

@@ -1,0 +1,93 @@
+"""A student's object as the judge sees it: a name in a kernel, called through a session.
+
+The batch grader hands the checks :class:`Remote` objects instead of the student's own; the
+checks call them exactly as they call a local function (through :func:`.core.call`), and
+the call runs in the kernel, on the arguments the check chose, within the check's deadline.
+A check function that takes student objects as arguments (a *probe*, such as ex05's
+``launch_race``) runs in the kernel as a whole, since that is where those objects are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import context
+from .session import KernelGone, RemoteTimeout, Session
+
+__all__ = ["KernelGone", "Remote", "remote_call"]
+
+
+class Remote:
+    """The student's object named ``name`` in the kernel of ``session``.
+
+    ``info`` is what the kernel said about it (type, whether callable); it describes the
+    student's object, not a fact the judge relies on for a verdict.
+    """
+
+    def __init__(self, session: Session, name: str, info: dict):
+        self._sd_session = session
+        self.name = name
+        self.info = info
+        self.__name__ = name
+
+    @property
+    def is_callable(self) -> bool:
+        return bool(self.info.get("callable", False))
+
+    @property
+    def type_name(self) -> str:
+        return str(self.info.get("type", "object"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return remote_call(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<your {self.name} (in the grading kernel)>"
+
+
+def _session_of(func: Any, args: tuple, kwargs: dict) -> Session | None:
+    for x in (func, *args, *kwargs.values()):
+        if isinstance(x, Remote):
+            return x._sd_session
+    return None
+
+
+def remote_call(func: Any, args: tuple, kwargs: dict, repeat: int | None = None) -> Any:
+    """Run ``func(*args, **kwargs)`` (``repeat`` times: a list) where the student objects are.
+
+    ``func`` is a :class:`Remote`, or a module-level function of ``specdec_course.grading``
+    whose arguments include one (it then runs in the kernel). Raises what the student's code
+    raised (rebuilt), :class:`.core.CheckTimeout` past the check's deadline, or
+    :class:`KernelGone` when the kernel was lost.
+    """
+    from .core import CheckTimeout
+
+    session = _session_of(func, args, kwargs)
+    if session is None:
+        raise TypeError("remote_call needs a student object")
+    left = context.time_left()
+    if left is not None and left <= 0:
+        raise CheckTimeout()
+    if isinstance(func, Remote):
+        target = {"name": func.name}
+    else:
+        module, qualname = getattr(func, "__module__", ""), getattr(func, "__qualname__", "")
+        if not module.startswith("specdec_course.grading.") or "<" in qualname:
+            raise TypeError(f"{func!r} cannot run in the kernel (not a grading probe)")
+        target = {"probe": f"{module}:{qualname}"}
+
+    def student(obj):
+        return {"$student": obj.name} if isinstance(obj, Remote) else None
+
+    try:
+        return session.call(
+            target,
+            args,
+            kwargs,
+            timeout=60.0 if left is None else left,
+            seed=context.seed_block(),
+            repeat=repeat,
+            student=student,
+        )
+    except RemoteTimeout:
+        raise CheckTimeout() from None

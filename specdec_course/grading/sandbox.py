@@ -1,0 +1,479 @@
+"""The sandbox a submission's kernel runs in: bubblewrap, a cgroup, limits, and cleanup.
+
+With bubblewrap (``bwrap``), the kernel sees a read-only system (``/usr``, a few files of
+``/etc``), the Python installation and the course package and data, read-only; a private
+tmpfs as its home and ``/tmp``; no network, no other process (its own PID namespace), no
+submissions folder, no ``solutions/``, no output folder, no home folder. ``--die-with-parent``
+ends it with its judge. A cgroup, where one can be created (v2, else v1), caps the memory and
+the number of processes of everything in the sandbox together; the kernel also sets per-process
+limits on itself (address space, CPU time, processes, file size) before any student code runs.
+
+Where bubblewrap cannot run, the kernel runs as a plain process in its own session and a
+private temporary folder, under the same limits (and the cgroup if any); :func:`plan` says so
+in its warnings, and the grader prints them. Cleanup then kills the process group, every
+process left below the judge (it is a child subreaper) and everything in the cgroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "CGroup",
+    "Plan",
+    "descendants",
+    "kill_pids",
+    "plan",
+    "remove_cgroups",
+    "set_subreaper",
+    "start",
+]
+
+HOME = "/home/student"
+FDS_ENV = "SPECDEC_KERNEL_FDS"  # "r,w": the kernel's ends of its two pipes
+_TMPFS_MB = 256  # the scratch folders' size (they count against the memory cap too)
+_ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "alternatives",
+)
+
+
+@dataclass
+class Plan:
+    """How kernels are started in this grading run (plain data: it travels to the workers)."""
+
+    mode: str  # "bwrap" or "none"
+    bwrap: list[str] = field(default_factory=list)  # bwrap and its options, before the command
+    env: dict[str, str] = field(default_factory=dict)
+    cgroup: bool = False  # a cgroup per kernel can be created here
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "bwrap": list(self.bwrap),
+            "env": dict(self.env),
+            "cgroup": self.cgroup,
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Plan:
+        return cls(d["mode"], list(d["bwrap"]), dict(d["env"]), bool(d["cgroup"]), d["warnings"])
+
+
+def kernel_command() -> list[str]:
+    """The command that starts a kernel (:mod:`.kernel`), with this interpreter."""
+    return [sys.executable, "-I", "-m", "specdec_course.grading.kernel"]
+
+
+def _env(home: str) -> dict[str, str]:
+    from specdec_course.paths import data_dir
+
+    from .core import BATCH_ENV
+
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        BATCH_ENV: "1",
+        # One thread per kernel: several kernels share the machine's cores.
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "2",  # fewer malloc arenas: less address space per thread
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "IPYTHONDIR": "/tmp/ipython",
+        "TRITON_CACHE_DIR": "/tmp/triton",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "SPECDEC_DATA": str(data_dir()),
+    }
+    for passthrough in ("ATEN_CPU_CAPABILITY", "TRITON_INTERPRET"):
+        if passthrough in os.environ:
+            env[passthrough] = os.environ[passthrough]
+    return env
+
+
+def _binds() -> list[str]:
+    """bwrap options that show the system, Python and the package, all read-only."""
+    import specdec_course
+    from specdec_course.paths import data_dir
+
+    opts = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            opts += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            opts += ["--ro-bind", top, top]
+    for name in _ETC:
+        opts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    roots: list[str] = []
+    package = Path(specdec_course.__file__).resolve().parent
+    candidates = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix]
+    import site
+
+    with contextlib.suppress(Exception):
+        user_site = site.getusersitepackages()
+        if user_site in sys.path and os.path.isdir(user_site):
+            candidates.append(user_site)
+    candidates += [str(package), str(data_dir())]
+    for c in candidates:
+        real = os.path.realpath(c)
+        if not os.path.isdir(real) or real.startswith("/usr/"):
+            continue
+        if any(real == r or real.startswith(r + "/") for r in roots):
+            continue
+        roots = [r for r in roots if not r.startswith(real + "/")] + [real]
+    for r in roots:
+        opts += ["--ro-bind", r, r]
+    # The venv's python is a symlink into the base installation; keep the path it was run by.
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    if not any(exe_dir == r or exe_dir.startswith(r + "/") for r in roots + ["/usr"]):
+        opts += ["--ro-bind", exe_dir, exe_dir]
+    return opts
+
+
+def _bwrap_options(variant: int) -> list[str]:
+    opts = ["--unshare-all", "--die-with-parent", "--new-session"]
+    if variant == 0:
+        # A user namespace of its own, no nested ones (they would lift the limits), and, when
+        # the grader is root, no capability left at all.
+        opts += ["--unshare-user", "--disable-userns"]
+    if os.geteuid() == 0:
+        opts += ["--cap-drop", "ALL"]
+    opts += _binds()
+    opts += ["--proc", "/proc", "--dev", "/dev"]
+    for path in ("/tmp", HOME, "/dev/shm"):
+        opts += ["--size", str(_TMPFS_MB * 2**20), "--tmpfs", path]
+    opts += ["--chdir", HOME, "--clearenv"]
+    return opts
+
+
+def plan(mode: str = "auto") -> Plan:
+    """Decide how to sandbox kernels: ``"auto"`` (bubblewrap if it works, else none, with a
+    warning), ``"require"`` (bubblewrap or ``RuntimeError``) or ``"off"``.
+
+    Tries bubblewrap once, by starting Python in it. Raises ``ValueError`` for another mode.
+    """
+    if mode not in ("auto", "require", "off"):
+        raise ValueError(f"sandbox must be 'auto', 'require' or 'off'; got {mode!r}")
+    warnings: list[str] = []
+    cg = CGroup.available()
+    result = Plan("none", [], _env(HOME), cg is not None, warnings)
+    if mode != "off":
+        exe = shutil.which("bwrap")
+        why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+        if exe:
+            for variant in (0, 1):
+                opts = [exe, *_bwrap_options(variant)]
+                for k, v in result.env.items():
+                    opts += ["--setenv", k, v]
+                try:
+                    probe = subprocess.run(
+                        [*opts, sys.executable, "-I", "-c", "import specdec_course.paths"],
+                        capture_output=True,
+                        timeout=60,
+                    )
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    why = f"bubblewrap could not start: {e}"
+                    continue
+                if probe.returncode == 0:
+                    result.mode, result.bwrap = "bwrap", opts
+                    break
+                err = probe.stderr.decode(errors="replace").strip().splitlines()
+                why = "bubblewrap failed: " + (err[-1] if err else f"exit {probe.returncode}")
+        if result.mode != "bwrap":
+            if mode == "require":
+                raise RuntimeError(why)
+            warnings.append(
+                f"NO SANDBOX: {why}. Submissions ran as this user, with the network, the file "
+                "system and the other processes in reach; only time and memory limits applied"
+            )
+    else:
+        warnings.append("NO SANDBOX (--sandbox off): submissions ran as this user")
+    if cg is None:
+        warnings.append(
+            "no cgroup could be created here: the memory cap is per process (address space), "
+            "and the process count is limited by RLIMIT_NPROC only (which binds no root process)"
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+class CGroup:
+    """A cgroup (v2, else v1 memory + pids) capping memory and processes of one kernel."""
+
+    def __init__(self, dirs: list[Path]):
+        self.dirs = dirs
+
+    @staticmethod
+    def _mounts() -> tuple[Path | None, dict[str, Path]]:
+        v2, v1 = None, {}
+        with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fstype, _, opts = (right.split() + ["", "", ""])[:3]
+                mount = Path(left.split()[4])
+                if fstype == "cgroup2":
+                    v2 = mount
+                elif fstype == "cgroup":
+                    for ctl in ("memory", "pids"):
+                        if ctl in opts.split(","):
+                            v1[ctl] = mount
+        return v2, v1
+
+    @staticmethod
+    def _own(controller: str) -> str:
+        with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctls, path = line.rstrip("\n").split(":", 2)
+                if (controller == "" and ctls == "") or controller in ctls.split(","):
+                    return path.lstrip("/")
+        return ""
+
+    @classmethod
+    def create(cls, tag: str, memory_bytes: int, pids_max: int) -> CGroup | None:
+        """A new cgroup named ``tag`` with those limits, or ``None`` where none can be made."""
+        v2, v1 = cls._mounts()
+        if v2 is not None:
+            d = v2 / cls._own("") / tag
+            try:
+                d.mkdir()
+            except OSError:
+                d = None
+            if d is not None:
+                if (d / "memory.max").exists() and (d / "pids.max").exists():
+                    try:
+                        (d / "memory.max").write_text(str(memory_bytes))
+                        (d / "pids.max").write_text(str(pids_max))
+                        with contextlib.suppress(OSError):
+                            (d / "memory.swap.max").write_text("0")
+                        return cls([d])
+                    except OSError:
+                        pass
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+        if "memory" in v1 and "pids" in v1:
+            dirs = []
+            try:
+                for ctl in ("memory", "pids"):
+                    d = v1[ctl] / cls._own(ctl) / tag
+                    d.mkdir()
+                    dirs.append(d)
+                mem = dirs[0]
+                (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):
+                    (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+                (dirs[1] / "pids.max").write_text(str(pids_max))
+                return cls(dirs)
+            except OSError:
+                cls(dirs).remove()
+        return None
+
+    @classmethod
+    def available(cls) -> CGroup | None:
+        cg = cls.create(f"specdec-probe-{os.getpid()}", 2**30, 64)
+        if cg is not None:
+            cg.remove()
+        return cg
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (run in the child before exec)."""
+        for d in self.dirs:
+            with open(d / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL everything in the cgroup, until it is empty (about a second at most)."""
+        for _ in range(100):
+            pids = self.pids()
+            if not pids:
+                return
+            kill_pids(pids)
+            time.sleep(0.01)
+
+    @classmethod
+    def named(cls, prefix: str) -> list[CGroup]:
+        """The cgroups (one per kernel) whose names start with ``prefix``, left by a judge
+        that was killed before it could remove them."""
+        v2, v1 = cls._mounts()
+        parents = []
+        if v2 is not None:
+            parents.append(v2 / cls._own(""))
+        parents += [v1[c] / cls._own(c) for c in ("memory", "pids") if c in v1]
+        out = []
+        for parent in parents:
+            with contextlib.suppress(OSError):
+                out += [cls([d]) for d in parent.iterdir() if d.name.startswith(prefix)]
+        return out
+
+    def remove(self) -> None:
+        self.kill()
+        for d in reversed(self.dirs):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def set_subreaper() -> bool:
+    """Make this process a child subreaper (Linux): orphans below it are re-parented to it,
+    so that :func:`descendants` still finds a daemon that detached itself."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from ``/proc``; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def remove_cgroups(prefix: str) -> None:
+    """Empty and remove every cgroup named ``prefix...`` (a killed judge's kernels)."""
+    for cg in CGroup.named(prefix):
+        cg.remove()
+
+
+def kill_pids(pids) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.kill(p, signal.SIGKILL)
+
+
+@dataclass
+class Started:
+    """A kernel process and what must go when it goes."""
+
+    proc: subprocess.Popen
+    to_kernel: int  # the judge's ends of the two pipes
+    from_kernel: int
+    cgroup: CGroup | None
+    scratch: str | None  # the private folder of an unsandboxed kernel
+    before: set[int] = field(default_factory=set)  # processes below the judge before it
+
+    def stop(self) -> None:
+        """Kill the kernel and everything it started; close the pipes; remove its traces."""
+        for fd in (self.to_kernel, self.from_kernel):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its session (unsandboxed kernels)
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        # Left behind by an unsandboxed kernel (a daemon that detached itself is still below
+        # the judge, which is a subreaper); in a sandbox its PID namespace took them along.
+        kill_pids(descendants(os.getpid()) - self.before - {self.proc.pid})
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            self.proc.wait(timeout=10)
+        with contextlib.suppress(ChildProcessError, OSError):
+            while os.waitpid(-1, os.WNOHANG)[0]:  # orphans re-parented to us
+                pass
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def start(the_plan: Plan, tag: str, memory_mb: int, pids_max: int = 256) -> Started:
+    """Start a kernel under ``the_plan``, in a new cgroup named ``tag`` where possible.
+
+    ``memory_mb`` (0: none) caps the cgroup. Raises ``OSError`` when it cannot start.
+    """
+    before = descendants(os.getpid())
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    cg = None
+    if the_plan.cgroup and memory_mb > 0:
+        cg = CGroup.create(tag, memory_mb * 2**20, pids_max)
+    scratch = None
+    fds = f"{to_r},{from_w}"  # the kernel's ends: it reads requests, writes answers
+    if the_plan.mode == "bwrap":
+        argv = [*the_plan.bwrap, "--setenv", FDS_ENV, fds, *kernel_command()]
+        env, cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, None
+    else:
+        scratch = tempfile.mkdtemp(prefix="specdec-kernel-")
+        argv = kernel_command()
+        env = dict(the_plan.env, HOME=scratch, TMPDIR=scratch, **{FDS_ENV: fds})
+        env.update({k: f"{scratch}/{k.lower()}" for k in ("MPLCONFIGDIR", "IPYTHONDIR")})
+        env["TRITON_CACHE_DIR"] = f"{scratch}/triton"
+        cwd = scratch
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=None if os.environ.get("SPECDEC_GRADE_DEBUG") else subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            pass_fds=(to_r, from_w),
+            start_new_session=True,
+            preexec_fn=cg.join if cg is not None else None,
+        )
+    except BaseException:
+        for fd in (to_r, to_w, from_r, from_w):
+            os.close(fd)
+        if cg is not None:
+            cg.remove()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    os.close(to_r)
+    os.close(from_w)
+    return Started(proc, to_w, from_r, cg, scratch, before)

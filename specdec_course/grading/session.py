@@ -1,0 +1,288 @@
+"""The judge's side of one kernel: start it in the sandbox, run cells, call student code.
+
+A :class:`Session` owns one kernel process (:mod:`.kernel`, started by :mod:`.sandbox`) and
+its two pipes. Every request has a deadline; a kernel that does not answer by then, dies,
+or sends something that is not a well-formed frame is killed, and the session says why
+(:attr:`Session.lost`): the judge then starts a fresh one and replays the notebook.
+
+While the kernel runs a call, it may ask for the judge's objects that the call was given
+(``cb`` requests); :class:`~.exposure.Exposed` decides what it may do with them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from . import sandbox, wire
+from .core import KernelLost
+from .exposure import Exposed
+
+__all__ = ["KernelGone", "RemoteTimeout", "Session"]
+
+_GRACE_S = 5.0  # how long past its own time limit a kernel may take to answer
+_START_S = 90.0  # kernel start-up (imports torch and IPython) on a busy machine
+
+
+class KernelGone(KernelLost):
+    """The kernel died, hung past its deadline or broke the channel; it has been killed.
+
+    A BaseException, so that a check's ``except Exception:`` does not take it for the
+    student's error."""
+
+    def __init__(self, why: str, status: str = "crashed"):
+        BaseException.__init__(self, why)
+        self.why = why
+        self.status = status  # "crashed" or "timeout"
+
+
+class RemoteTimeout(Exception):
+    """The kernel stopped the call at its time limit (the kernel itself is fine)."""
+
+
+class Session:
+    """One kernel for one submission (restartable: :meth:`start` again after a loss)."""
+
+    def __init__(
+        self,
+        plan: sandbox.Plan,
+        *,
+        tag: str,
+        memory_mb: int,
+        limits: dict[str, int],
+        notebook_name: str,
+        notebook_text: str,
+    ):
+        self.plan = plan
+        self.tag = tag
+        self.memory_mb = memory_mb
+        self.limits = limits
+        self.notebook = (notebook_name, notebook_text)
+        self.proc: sandbox.Started | None = None
+        self.lost: KernelGone | None = None
+        self.exposed = Exposed()
+        self.starts = 0
+
+    # ---- life
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.lost is None
+
+    def start(self) -> None:
+        """Start a fresh kernel (killing the old one). Raises :class:`KernelGone`."""
+        self.stop()
+        self.lost = None
+        self.starts += 1
+        try:
+            self.proc = sandbox.start(
+                self.plan, f"{self.tag}-{self.starts}", self.memory_mb, pids_max=256
+            )
+        except OSError as e:
+            raise self._gone(f"the kernel could not start: {e}") from e
+        reply, _ = self._request(
+            {
+                "op": "hello",
+                "sandboxed": self.plan.mode == "bwrap",
+                "limits": self.limits,
+                "notebook_name": self.notebook[0],
+                "notebook": self.notebook[1],
+            },
+            [],
+            _START_S,
+        )
+        if not reply.get("ok"):
+            raise self._gone("the kernel did not start")
+
+    def stop(self) -> None:
+        """Kill the kernel and everything it started (idempotent)."""
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+        self.exposed.clear()
+
+    def _gone(self, why: str, status: str = "crashed") -> KernelGone:
+        self.lost = KernelGone(why, status)
+        self.stop()
+        return self.lost
+
+    # ---- the channel
+
+    def _request(self, header: dict, blobs: list[bytes], seconds: float) -> tuple[dict, Any]:
+        if not self.alive:
+            raise self.lost or KernelGone("no kernel")
+        deadline = time.monotonic() + seconds
+        # Every answer must carry this request's token: a frame that student code wrote into
+        # the channel (without it, or with an old one) is dropped, not taken as an answer.
+        header["t"] = token = secrets.token_hex(8)
+        dropped = 0
+        try:
+            wire.write_frame(self.proc.to_kernel, header, blobs)
+            while True:
+                reply, blob = wire.read_frame(self.proc.from_kernel, deadline)
+                if reply.get("t") != token:
+                    dropped += 1
+                    if dropped > 1000:
+                        raise wire.WireError("flooded")
+                    continue
+                if reply.get("op") != "cb":
+                    return reply, blob
+                self._serve(reply, blob)
+        except TimeoutError:
+            raise self._gone(
+                "it did not answer in time (it ignored its time limit)", "timeout"
+            ) from None
+        except (EOFError, OSError):
+            raise self._gone(self._death()) from None
+        except (wire.WireError, KeyError, TypeError, ValueError, ReferenceError) as e:
+            raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
+
+    def _death(self) -> str:
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.proc.wait(timeout=2)
+            except Exception:  # noqa: BLE001 - still running: it closed its pipes
+                code = None
+        # A signal shows as -N from the kernel itself, as 128 + N through bubblewrap.
+        if code is not None and (code < 0 or code > 128):
+            return f"it was killed by signal {-code if code < 0 else code - 128} (out of memory?)"
+        return "it died (out of memory, os._exit or a crash)"
+
+    def _serve(self, h: dict, blob) -> None:
+        # A request from the kernel about one of the judge's objects. Errors that the judge's
+        # object raises (a ValueError from KVCache.crop, say) go back to the student's code.
+        live_off = h.get("live_offset", 0)
+        if h.get("live"):
+            items, _ = wire.decode(h["live"], blob[live_off:], ref=self._resolve_ref)
+            self.exposed.write_back(items)
+        ref_id = h.get("ref")
+        what, name = h.get("what"), h.get("name")
+        track = False
+        try:
+            self.exposed.resolve({"$ref": [ref_id]})
+            value, _ = wire.decode(h.get("value"), blob[:live_off], ref=self._resolve_ref)
+            if what == "call":
+                if not (isinstance(value, tuple) and len(value) == 2):
+                    raise TypeError("malformed call")
+                result = self.exposed.call(ref_id, tuple(value[0]), value[1])
+            elif what == "getattr":
+                result, track = self.exposed.getattr(ref_id, str(name))
+            elif what == "setattr":
+                self.exposed.setattr(ref_id, str(name), value)
+                result = None
+            else:
+                raise TypeError(f"unknown request {what!r}")
+            enc, blobs, _ = wire.encode(result, ref=self.exposed.for_results)
+            reply = {"op": "cbdone", "value": enc, "track": track}
+        except Exception as e:  # noqa: BLE001 - goes back to the student's code
+            blobs, reply = [], {"op": "cbdone", "error": wire.error_info(e)}
+        live = self.exposed.live_values()
+        if live:
+            lenc, lblobs, _ = wire.encode(live)
+            reply["live"], reply["live_offset"] = lenc, sum(len(b) for b in blobs)
+            blobs = blobs + lblobs
+        wire.write_frame(self.proc.to_kernel, reply, blobs)
+
+    def _resolve_ref(self, tag: dict) -> Any:
+        return self.exposed.resolve(tag)
+
+    # ---- what the judge asks
+
+    def run_cell(self, source: str, timeout: float) -> dict:
+        """Run one cell: ``{"ok", "error", "timeout"}``. Raises :class:`KernelGone`."""
+        reply, _ = self._request(
+            {"op": "cell", "source": source, "timeout": timeout}, [], timeout + _GRACE_S
+        )
+        return reply
+
+    def describe(self, names: list[str]) -> dict[str, dict]:
+        """What each name is in the kernel's namespace. Raises :class:`KernelGone`."""
+        reply, _ = self._request({"op": "describe", "names": list(names)}, [], 30.0)
+        out = reply.get("names")
+        return out if isinstance(out, dict) else {}
+
+    def call(
+        self,
+        target: dict,
+        args: tuple,
+        kwargs: dict,
+        *,
+        timeout: float,
+        seed: tuple[int, int] | None = None,
+        repeat: int | None = None,
+        student: Any = None,
+    ) -> Any:
+        """Call a student object (``{"name": n}``) or a probe (``{"probe": "mod:qualname"}``)
+        in the kernel and return what it returned, as plain data.
+
+        Tensors and generators among the arguments get the kernel's in-place changes back.
+        ``student(obj)`` gives the tag for a student object among the arguments. Raises the
+        rebuilt student exception, :class:`RemoteTimeout` (the call hit ``timeout``) or
+        :class:`KernelGone`.
+        """
+
+        def ref(obj):
+            tag = student(obj) if student is not None else None
+            return tag if tag is not None else self.exposed.for_arguments(obj)
+
+        self.exposed.live.clear()
+        enc, blobs, objects = wire.encode((tuple(args), dict(kwargs)), ref=ref)
+        header = {
+            "op": "call",
+            "target": target,
+            "value": enc,
+            "timeout": max(0.01, timeout),
+            "seed": list(seed) if seed else None,
+            "repeat": repeat,
+        }
+        reply, blob = self._request(header, blobs, timeout + _GRACE_S)
+        if reply.get("timeout"):
+            raise RemoteTimeout()
+        if "error" in reply:
+            raise wire.rebuild_error(reply["error"])
+        try:
+            live_off = reply.get("live_offset", 0)
+            if reply.get("live"):
+                items, _ = wire.decode(reply["live"], blob[live_off:], ref=self._resolve_ref)
+                self.exposed.write_back(items)
+            got, _ = wire.decode(reply.get("value"), blob[:live_off], ref=self._resolve_ref)
+            value, back = got
+            _write_back(objects, back)
+        except (wire.WireError, KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
+        return value
+
+    def close(self) -> None:
+        """Say goodbye and kill the kernel and everything it started."""
+        if self.alive:
+            try:
+                wire.write_frame(self.proc.to_kernel, {"op": "bye"})
+            except (OSError, wire.WireError):
+                pass
+        self.stop()
+
+
+def _write_back(objects: list, back: Any) -> None:
+    """Apply the kernel's in-place changes to the judge's argument tensors and generators."""
+    import torch
+
+    if not isinstance(back, list):
+        raise TypeError("malformed write-back")
+    for item in back:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)):
+            raise TypeError("malformed write-back")
+        i, new = item
+        if not 0 <= i < len(objects):
+            raise TypeError("write-back out of range")
+        old = objects[i]
+        if isinstance(old, torch.Generator):
+            if isinstance(new, torch.Generator):
+                old.set_state(new.get_state())
+        elif isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+            with torch.no_grad():
+                if old.shape == new.shape and old.dtype == new.dtype:
+                    old.copy_(new)
+                else:
+                    old.set_(new.to(old.dtype) if new.dtype != old.dtype else new)
