@@ -42,6 +42,7 @@ __all__ = [
     "prepare_inputs",
     "rejection_sample",
     "rejection_sample_prepared",
+    "rejection_sample_row",
 ]
 
 # dtypes the probabilities may come in. Acceptance is decided in float64 and the race in
@@ -325,3 +326,76 @@ def rejection_sample_prepared(inputs: VerifierInputs) -> RejectionResult:
     pos = torch.arange(K + 1, device=p.device)
     token_ids = torch.where(pos < m, ids_pad, -1).scatter_(1, m, token)
     return RejectionResult(token_ids, num_accepted)
+
+
+# Row offsets for ``take`` on a [K + 1, V] tensor, cached per (K, V, device): a decoding loop
+# asks for the same few shapes thousands of times.
+_OFFSETS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+
+
+def _offsets(k: int, V: int, device: torch.device) -> torch.Tensor:
+    key = (k, V, device)
+    off = _OFFSETS.get(key)
+    if off is None:
+        off = _OFFSETS[key] = torch.arange(k, device=device) * V
+    return off
+
+
+def rejection_sample_row(
+    draft_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    uniforms,
+    exp_noise: torch.Tensor,
+) -> tuple[list[int], int]:
+    """One row of :func:`rejection_sample`, for a batch-1 decoding loop: same rule, same tokens.
+
+    ``draft_ids`` int64 ``[k]`` (``k >= 0``, no ``-1``), ``draft_probs`` ``[k, V]`` or
+    ``None`` (one-hot drafts), ``target_probs`` ``[k + 1, V]`` (contiguous), ``uniforms`` a
+    sequence of at least ``k`` Python floats in (0, 1] (float64 values), ``exp_noise``
+    float32 ``[V]``. Returns ``(new_ids, num_accepted)``: the ``num_accepted`` accepted
+    drafts followed by the one recovered or bonus token, as Python ints. Given the same
+    random numbers the tokens are those of ``rejection_sample`` on the one-row batch (tests
+    pin it); it checks nothing (callers pass what their own loop produced).
+
+    Why a second implementation: ``rejection_sample`` is written for batches, about fifty
+    small tensor ops; at batch 1 on a CPU their dispatch costs more than the target's
+    forward saves. Here the work is a dozen ops over ``[k, V]`` and one transfer of ``3k``
+    numbers to Python, where the accept test ``u * q(x) <= p(x)`` runs on floats in float64,
+    as the batched rule does. The race is run at every position at once (``argmax`` of the
+    residual over the noise, float32 division as in the batched rule), so that the one
+    transfer carries every candidate token: no second round trip after the accept test.
+    """
+    k = draft_ids.shape[0]
+    p, e = target_probs, exp_noise
+    # The race's weights for every position at once, in float32 as the batched rule (and
+    # the kernel) runs them: the residual max(p_j - q_j, 0) at each drafted position, p
+    # itself at the bonus position k. One division and one max then give every candidate.
+    w = p.float().clone()
+    if k == 0:
+        return [int(w[0].div_(e).argmax())], 0
+    idx = draft_ids + _offsets(k, p.shape[1], p.device)
+    p_x = p.take(idx)
+    if draft_probs is None:
+        # One-hot drafts: q(x) = 1; the residual is p with the draft's column zeroed.
+        q_x = torch.ones_like(p_x)
+        w[:k].scatter_(1, draft_ids.unsqueeze(1), 0.0)
+    else:
+        q_x = draft_probs.take(idx)
+        w[:k].sub_(draft_probs).clamp_min_(0.0)
+    best = w.div_(e).max(dim=1)
+    # One transfer; cat promotes to the widest dtype, so every value arrives exact.
+    f = torch.cat((p_x, q_x, best.values)).tolist()
+    ids = torch.cat((draft_ids, best.indices)).tolist()
+    a = 0
+    while a < k:
+        px = f[a]
+        if px > 0.0 and uniforms[a] * f[k + a] <= px:
+            a += 1
+        else:
+            break
+    if a == k or f[2 * k + a] > 0.0:
+        token = ids[k + a]
+    else:  # no residual mass at this position (p == q up to rounding): race over p itself
+        token = int((p[a].float() / e).argmax())
+    return ids[:a] + [token], a

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specdec_course import bench, cli
+from specdec_course import bench, cli, theory
 from specdec_course.data import CharTokenizer
 from specdec_course.model import load_pretrained
 
@@ -44,17 +44,24 @@ def test_generate_rejects_characters_outside_the_vocabulary(capsys):
     assert "error" in capsys.readouterr().err
 
 
-def test_measure_speedup_reports_every_k_with_prediction_and_ceiling():
+def test_measure_speedup_reports_every_k_with_both_predictions():
     target, draft = load_pretrained("target"), load_pretrained("draft")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab), n=1)
-    res = bench.measure_speedup(target, draft, prompts, max_new_tokens=30, ks=(1, 2), repeats=1)
-    assert [r["k"] for r in res["rows"]] == [1, 2]
-    for r in res["rows"]:
+    res = bench.measure_speedup(
+        target, {"draft": draft}, prompts, max_new_tokens=30, ks=(1, 2), repeats=1
+    )
+    rows = res["methods"]["draft"]
+    assert [r["k"] for r in rows] == [1, 2]
+    for r in rows:
         assert 0 < r["alpha"] <= 1 and r["tokens_per_target_call"] >= 1
-        assert r["measured_over_predicted"] == pytest.approx(
-            r["measured_speedup"] / r["predicted_speedup"]
-        )
-    assert "forward ceiling" in bench.format_speedup_table(res)
+        assert r["predicted_speedup"] == pytest.approx(theory.speedup(r["alpha"], r["k"], r["c"]))
+        # The cost-aware prediction prices the target call and the drafts as measured.
+        tokens = theory.expected_tokens(r["alpha"], r["k"])
+        cost = r["k"] * r["draft_token_s"] + r["target_call_s"]
+        assert r["cost_aware_speedup"] == pytest.approx(tokens * res["plain_token_s"] / cost)
+        assert sum(r["split_s"].values()) > 0
+    assert "cost-aware" in bench.format_speedup_table(res)
+    assert bench.best_row(res, "draft") in rows
 
 
 def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
@@ -64,7 +71,6 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
         "validation_prompts",
         lambda tok, n=4, length=32: [tok.encode("\nKING LEAR:\nThou art a soul in")],
     )
-    monkeypatch.setattr(bench, "SPEEDUP_KS", (1,))
     code = cli.main(
         [
             "bench",
@@ -81,5 +87,14 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
     assert code == 0
     data = json.loads((tmp_path / "speedup_cpu.json").read_text())
     assert data["command"].startswith("specdec-course bench speedup")
-    assert data["results"][0]["temperature"] == 0.0
+    res = data["results"][0]
+    assert res["temperature"] == 0.0 and set(res["methods"]) == {"draft", "ngram"}
+    for rows in res["methods"].values():
+        assert [r["k"] for r in rows] == [1, 2, 3, 4]
+        for r in rows:
+            assert 0 < r["alpha"] <= 1 and r["tokens_per_target_call"] >= 1
+            assert set(r["split_s"]) == {"draft", "target", "verify", "rest"}
+            assert r["measured_over_cost_aware"] == r["measured_speedup"] / r["cost_aware_speedup"]
+    assert [r["tree"] for r in res["medusa"]] == ["chain", "small", "large"]
+    assert (tmp_path / "speedup_cpu.png").stat().st_size > 10_000
     assert "cost of one cached forward" in capsys.readouterr().out

@@ -8,7 +8,7 @@ test (asserted from the result object).
 import pytest
 import torch
 
-from specdec_course import decoding, stats, verifier
+from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer, load_corpus, train_val_split
 from specdec_course.model import load_pretrained
 from specdec_course.sampling import process_logits
@@ -89,16 +89,17 @@ def test_speculative_pipeline_matches_exact_two_character_distribution(pair, tok
 
 
 def test_chi_square_flags_resampling_from_the_target(pair, tok, monkeypatch):
-    real = verifier.rejection_sample_prepared
+    from specdec_course.decoding import speculative
 
-    def resample_from_p(inputs):
-        token_ids, num_accepted = real(inputs)
-        a = int(num_accepted[0])
-        if a < inputs.draft_token_ids.shape[1] and inputs.draft_token_ids[0, a] >= 0:
-            token_ids[0, a] = (inputs.target_probs[0, a].float() / inputs.exp_noise[0]).argmax()
-        return verifier.RejectionResult(token_ids, num_accepted)
+    real = speculative.rejection_sample_row
 
-    monkeypatch.setattr(decoding, "rejection_sample_prepared", resample_from_p)
+    def resample_from_p(draft_ids, q, p, uniforms, e):
+        new, a = real(draft_ids, q, p, uniforms, e)
+        if a < draft_ids.shape[0]:  # a rejection: the naive rule draws from p, not the residual
+            new[a] = int((p[a].float() / e).argmax())
+        return new, a
+
+    monkeypatch.setattr(speculative, "rejection_sample_row", resample_from_p)
     target, draft = pair
     prompt = tok.encode("\n")
     # The naive rule's law of the first character after this prompt differs from p by a

@@ -8,7 +8,7 @@ import torch
 
 from specdec_course import data as D
 from specdec_course.cli import main
-from specdec_course.model import CharGPT, GPTConfig, load_checkpoint, load_pretrained
+from specdec_course.model import CharGPT, GPTConfig, load_checkpoint, load_pretrained, preset
 from specdec_course.paths import checkpoints_dir
 from specdec_course.train import (
     TrainConfig,
@@ -135,6 +135,21 @@ def test_cli_distillation_records_alpha_before_and_after(tmp_path):
     assert 0 < meta["alpha_before_distill"] <= 1 and 0 < meta["alpha_vs_teacher"] <= 1
     assert meta["distilled_from"] == str(teacher)
     assert meta["init_meta"]["train"]["steps"] == 5
+
+
+def test_tv_distillation_lowers_the_total_variation_to_the_teacher(split):
+    # The "tv" soft loss is 1 - alpha itself: training on it must raise alpha to the teacher.
+    teacher = train(
+        preset("draft", 65), TrainConfig(steps=30, eval_interval=30), *split, progress=False
+    ).model
+    student = CharGPT(preset("draft", 65))
+    before = pair_stats(teacher, student, split[1], n_windows=2).alpha
+    tc = TrainConfig(steps=30, eval_interval=30, distill_loss="tv", lr=1e-2, seed=1)
+    res = train(preset("draft", 65), tc, *split, teacher=teacher, init=student, progress=False)
+    after = pair_stats(teacher, res.model, split[1], n_windows=2).alpha
+    assert after > before + 0.1, (before, after)
+    with pytest.raises(ValueError, match="distill_loss"):
+        TrainConfig(distill_loss="js")
 
 
 def test_cli_reports_a_missing_init_checkpoint(tmp_path, capsys):

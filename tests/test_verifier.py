@@ -278,3 +278,73 @@ def test_prepare_inputs_returns_int64_contiguous_tensors():
     assert ins.draft_token_ids.dtype == torch.int64
     assert all(t.is_contiguous() for t in ins if t is not None)
     assert ins.uniforms.dtype == torch.float64 and ins.exp_noise.dtype == torch.float32
+
+
+# ----------------------------------------------------------------------- the batch-1 path
+
+
+def _row_cases(seed: int, V: int = 17):
+    """Single rows with awkward distributions: zeros in p and q, p == q, one-hot targets,
+    anti-correlated drafts, and every draft count from 0 to 5."""
+    g = torch.Generator().manual_seed(seed)
+    for case in range(400):
+        k = case % 6
+        logits = 2 * torch.randn(k + 1, V, generator=g)
+        p = logits.softmax(-1)
+        kind = (case // 6) % 5
+        if kind == 0:
+            q = (logits[:k] + torch.randn(k, V, generator=g)).softmax(-1)
+        elif kind == 1:
+            q = (-logits[:k]).softmax(-1)  # anti-correlated draft
+        elif kind == 2:
+            q = p[:k].clone()  # p == q: every draft accepted, no residual
+        elif kind == 3:
+            p = p * (torch.rand(k + 1, V, generator=g) > 0.4)  # zeros in p
+            p[:, 0] += 1e-3
+            p = p / p.sum(-1, keepdim=True)
+            q = (logits[:k] + torch.randn(k, V, generator=g)).softmax(-1)
+            q[:, 1] = 0
+            q = q / q.sum(-1, keepdim=True)  # zeros in q
+        else:
+            p = torch.nn.functional.one_hot(logits.argmax(-1), V).float()  # temperature 0
+            q = None
+        src = p[:k] if q is None else q
+        drafts = (
+            torch.multinomial(src, 1, generator=g)[:, 0] if k else torch.empty(0, dtype=torch.long)
+        )
+        u = 1.0 - torch.rand(1, k, dtype=torch.float64, generator=g)
+        e = torch.empty(1, V).exponential_(generator=g).clamp_min_(1e-30)
+        yield drafts, q, p, u, e
+
+
+def test_batch_one_path_emits_the_tokens_of_the_batched_verifier():
+    # One semantics, two implementations: for the same random numbers, the same tokens.
+    for seed in (1, 2):
+        for drafts, q, p, u, e in _row_cases(seed):
+            k = drafts.numel()
+            ref = rejection_sample(
+                drafts[None] if k else torch.full((1, 1), -1),
+                None if q is None else (q[None] if k else p[None, :1]),
+                p[None] if k else p[None].expand(1, 2, -1),
+                uniforms=u if k else torch.ones(1, 1, dtype=torch.float64),
+                exp_noise=e,
+            )
+            new, a = verifier.rejection_sample_row(drafts, q, p, u[0].tolist(), e[0])
+            m = int(ref.num_accepted[0])
+            assert a == m and new == ref.token_ids[0, : m + 1].tolist(), (k, new, ref)
+
+
+def test_batch_one_path_is_exact_at_every_position():
+    drafts, q, target, p = make_position_batch(20_000, one_hot=False, seed=5)
+    g = torch.Generator().manual_seed(5)
+    rows = []
+    for b in range(drafts.shape[0]):
+        n = int((drafts[b] >= 0).sum())
+        u = (1.0 - torch.rand(n, dtype=torch.float64, generator=g)).tolist()
+        e = torch.empty(p.shape[1]).exponential_(generator=g)
+        new, a = verifier.rejection_sample_row(drafts[b, :n], q[b, :n], p[: n + 1], u, e)
+        rows.append(new + [-1] * (4 - len(new)))
+    token_ids = torch.tensor(rows)
+    num_accepted = (token_ids >= 0).sum(1) - 1
+    for r in position_chi_squares(token_ids, num_accepted, p, min_samples=500):
+        assert r.passed and r.false_failure_rate < 1e-7, str(r)

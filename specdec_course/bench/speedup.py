@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import statistics
 from pathlib import Path
 
 import torch
@@ -20,26 +21,34 @@ from ..paths import results_dir
 __all__ = [
     "SPEEDUP_KS",
     "FORWARD_SIZES",
+    "SPLIT",
     "time_forward",
     "forward_costs",
     "validation_prompts",
     "measure_speedup",
-    "measure_medusa",
     "format_speedup_table",
     "format_medusa_table",
+    "best_row",
+    "plot_time_split",
     "save_speedup_results",
+    "load_speedup_results",
 ]
 
 
 def save_speedup_results(
     forward_costs: dict, results: list[dict], command: str, out: str | Path | None = None
-) -> Path:
-    """Write the ``bench speedup`` record (costs, tables, machine, date) as JSON.
+) -> list[Path]:
+    """Write the ``bench speedup`` record as JSON, and its time-split figure as PNG.
 
-    The file is ``speedup_cpu.json`` in ``out`` (default ``data/results/``), which lesson 04
-    reads. Returns its path.
+    Files ``speedup_cpu.json`` (costs, tables, machine, date; lessons 04 and 07 read it) and
+    ``speedup_cpu.png`` in ``out`` (default ``data/results/``). Returns their paths.
     """
     import platform
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     out_dir = Path(out) if out else results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -53,7 +62,11 @@ def save_speedup_results(
         "results": results,
     }
     path.write_text(json.dumps(payload, indent=1))
-    return path
+    png = out_dir / "speedup_cpu.png"
+    fig = plot_time_split(results)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return [path, png]
 
 
 SPEEDUP_KS = tuple(range(1, 9))
@@ -132,173 +145,196 @@ def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Te
     return [val[i * step : i * step + length].clone() for i in range(n)]
 
 
+SPLIT = ("draft", "target", "verify", "rest")  # where an iteration's time goes
+# Medusa's phases under the same names: the heads' guesses are its draft, the tree walk its
+# verification, the cache compaction part of the rest.
+_MEDUSA_SPLIT = {"heads": "draft", "target": "target", "walk": "verify", "cache": "rest"}
+
+
+def _draft_row(k: int, st, spec_s: list[float], base_s: float, per_token: float) -> dict:
+    from .. import theory
+
+    its = max(1, st.iterations)
+    alpha = min(st.acceptance_rate, 1.0)
+    d = st.seconds["draft"] / max(1, st.drafted)  # one drafted token, sampling included
+    t_call = st.seconds["target"] / max(1, st.target_calls)  # one (k + 1)-token target call
+    c = d / per_token
+    tokens = theory.expected_tokens(alpha, k)
+    measured = base_s / statistics.median(spec_s)
+    cost_aware = tokens * per_token / (k * d + t_call)
+    return {
+        "k": k,
+        "alpha": alpha,
+        "mean_accepted": st.mean_accepted,
+        "tokens_per_target_call": st.tokens_per_target_call,
+        "c": c,
+        "predicted_speedup": theory.speedup(alpha, k, c),
+        "cost_aware_speedup": cost_aware,
+        "measured_speedup": measured,
+        "measured_over_cost_aware": measured / cost_aware,
+        "draft_token_s": d,
+        "target_call_s": t_call,
+        "split_s": {key: st.seconds[key] / its for key in SPLIT},
+        "seconds": statistics.median(spec_s),
+    }
+
+
 def measure_speedup(
     target,
-    draft,
+    drafts: dict,
     prompts,
     *,
-    max_new_tokens: int = 200,
     ks=SPEEDUP_KS,
+    medusa_heads=None,
+    trees=("chain", "small", "large"),
     temperature: float = 1.0,
     repeats: int = 3,
+    max_new_tokens: int = 200,
     seed: int = 0,
     progress: bool = False,
 ) -> dict:
-    """Plain target decoding against speculative decoding for each k, in one run.
+    """Plain decoding against every draft and k (and Medusa's trees), in one run.
 
-    Every repeat decodes every prompt once with ``generate`` and once per ``k`` with
-    ``speculative_generate`` (interleaved, so that a slow moment of the machine hits all of
-    them alike); times are summed over prompts and the median over repeats is reported.
-    For each k: acceptance rate alpha (accepted / verified drafts), mean accepted drafts per
-    iteration, tokens per target call, the measured cost ratio c, the speedup Theorem 3.8
-    predicts from those alpha and c, the measured speedup and measured / predicted.
-
-    ``c`` is measured in the same run, as the loops spend it: seconds per draft step inside
-    ``speculative_generate`` (one draft call and the sampling of its token) over seconds per
-    token of ``generate`` (one target call and the sampling of its token). The forward-only
-    ratio of ``forward_costs`` is reported beside it as ``c_forward``.
+    ``drafts`` maps a name to a draft for ``speculative_generate`` (a ``CharGPT``, an
+    ``NgramDraft``, any proposer). Every repeat decodes every prompt with ``generate``, then
+    with each draft at each ``k``, then with Medusa on each tree (round-robin, so that a
+    slow moment of the machine hits all of them alike; every run starts from the same seed).
+    Times are summed over the prompts and the median over repeats is kept. For each draft
+    and ``k`` a row holds: acceptance alpha, mean accepted drafts, tokens per target call;
+    the cost ratio ``c`` (seconds per drafted token inside the loop over seconds per token of
+    plain decoding); Theorem 3.8's speedup from those alpha and c; the cost-aware prediction
+    (Theorem 3.8's expected tokens, with the (k + 1)-token target call and the drafted tokens
+    priced at what the loop measured them to cost); the measured speedup and measured /
+    cost-aware (what the loop's own work, verification and bookkeeping, leaves); and the
+    per-iteration time split (draft, target, verify, rest).
     """
-    import statistics
     import time
 
-    from .. import theory
     from ..decoding import SpecStats, generate, speculative_generate
+    from ..medusa import medusa_generate
 
     ks = list(ks)
-    base_t = []
-    spec_t = {k: [] for k in ks}
-    agg = {k: SpecStats(k=k) for k in ks}
-    base_tokens = 0
-    gen = torch.Generator().manual_seed(seed)
+    names = list(drafts)
+    base_t: list[float] = []
+    spec_t = {(m, k): [] for m in names for k in ks}
+    agg = {(m, k): SpecStats(k=k) for m in names for k in ks}
+    tree_names = list(trees) if medusa_heads is not None else []
+    med_t = {t: [] for t in tree_names}
+    med_agg: dict = {}
     bar = range(repeats)
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(bar, desc=f"speedup T={temperature}")
-    for _ in bar:
+    for rep in bar:
         tb = 0.0
-        ts = dict.fromkeys(ks, 0.0)
-        for prompt in prompts:
+        ts = dict.fromkeys(spec_t, 0.0)
+        tm = dict.fromkeys(tree_names, 0.0)
+        for i, prompt in enumerate(prompts):
+            run_seed = seed + 1000 * rep + i  # every method decodes this prompt from it
+
+            def gen(s=run_seed):
+                return torch.Generator().manual_seed(s)
+
             t0 = time.perf_counter()
-            generate(target, prompt, max_new_tokens, temperature=temperature, generator=gen)
+            generate(target, prompt, max_new_tokens, temperature=temperature, generator=gen())
             tb += time.perf_counter() - t0
-            base_tokens += max_new_tokens
-            for k in ks:
+            for key in spec_t:
+                name, k = key
                 t0 = time.perf_counter()
                 _, st = speculative_generate(
                     target,
-                    draft,
+                    drafts[name],
                     prompt,
                     max_new_tokens,
                     k=k,
                     temperature=temperature,
-                    generator=gen,
+                    generator=gen(),
                     timings=True,
                 )
-                ts[k] += time.perf_counter() - t0
-                agg[k].add(st)
+                ts[key] += time.perf_counter() - t0
+                agg[key].add(st)
+            for tree in tree_names:
+                t0 = time.perf_counter()
+                _, st = medusa_generate(
+                    target,
+                    medusa_heads,
+                    prompt,
+                    max_new_tokens,
+                    tree=tree,
+                    temperature=temperature,
+                    generator=gen(),
+                    timings=True,
+                )
+                tm[tree] += time.perf_counter() - t0
+                med_agg.setdefault(tree, st.__class__(k=st.k, tree_size=st.tree_size)).add(st)
         base_t.append(tb)
-        for k in ks:
-            spec_t[k].append(ts[k])
-    fc = forward_costs(target, draft, sizes=range(1, max(ks) + 2), repeats=100)
-    c_forward = fc["c"]
-    t_fwd, d_fwd = fc["target_s"], fc["draft_s"]
+        for key in spec_t:
+            spec_t[key].append(ts[key])
+        for tree in tree_names:
+            med_t[tree].append(tm[tree])
     base = statistics.median(base_t)
-    per_token = sum(base_t) / base_tokens  # seconds per token of plain decoding
-    draft_s = sum(agg[k].seconds["draft"] for k in ks)
-    draft_calls = sum(agg[k].draft_calls for k in ks)
-    c = (draft_s / max(1, draft_calls)) / per_token
-    rows = []
-    for k in ks:
-        a = agg[k]
-        alpha = a.acceptance_rate
-        measured = base / statistics.median(spec_t[k])
-        predicted = theory.speedup(min(alpha, 1.0), k, c)
-        tokens = theory.expected_tokens(min(alpha, 1.0), k)
-        rows.append(
-            {
-                # What the forwards alone allow: Theorem 3.8's count of tokens, but the target
-                # call priced at its measured cost over k + 1 tokens and nothing else in the loop.
-                "forward_ceiling": tokens * t_fwd[0] / (k * d_fwd[0] + t_fwd[k]),
-                "k": k,
-                "alpha": alpha,
-                "mean_accepted": a.mean_accepted,
-                "tokens_per_target_call": a.tokens_per_target_call,
-                "c": c,
-                "predicted_speedup": predicted,
-                "measured_speedup": measured,
-                "measured_over_predicted": measured / predicted,
-                "seconds": statistics.median(spec_t[k]),
-            }
-        )
-    return {
+    per_token = sum(base_t) / (repeats * len(prompts) * max_new_tokens)
+    result = {
         "temperature": temperature,
         "max_new_tokens": max_new_tokens,
         "prompts": len(prompts),
         "repeats": repeats,
         "baseline_seconds": base,
-        "c": c,
-        "c_forward": c_forward,
-        "rows": rows,
+        "plain_token_s": per_token,
+        "methods": {
+            m: [_draft_row(k, agg[m, k], spec_t[m, k], base, per_token) for k in ks] for m in names
+        },
     }
+    if tree_names:
+        rows = []
+        for tree in tree_names:
+            st = med_agg[tree]
+            its = max(1, st.iterations)
+            split = dict.fromkeys(SPLIT, 0.0)
+            for phase, s_ in st.seconds.items():
+                split[_MEDUSA_SPLIT[phase]] += s_ / its
+            rows.append(
+                {
+                    "tree": tree,
+                    "nodes": st.tree_size,
+                    "mean_accepted_length": st.mean_accepted_length,
+                    "tokens_per_target_call": st.tokens_per_target_call,
+                    "measured_speedup": base / statistics.median(med_t[tree]),
+                    "split_s": split,
+                    "seconds": statistics.median(med_t[tree]),
+                }
+            )
+        result["medusa"] = rows
+    return result
+
+
+def best_row(result: dict, method: str) -> dict:
+    """The row of ``method`` with the highest measured speedup."""
+    return max(result["methods"][method], key=lambda r: r["measured_speedup"])
 
 
 def format_speedup_table(result: dict) -> str:
+    """The result of :func:`measure_speedup` as text tables, one per draft."""
     lines = [
-        f"temperature {result['temperature']}: plain decoding {result['baseline_seconds']:.3f}s "
-        f"for {result['prompts']} x {result['max_new_tokens']} characters, "
-        f"c = {result['c']:.3f} (forward only: {result['c_forward']:.3f})",
-        " k | alpha | mean acc | tok/call | predicted | measured | meas/pred | forward ceiling",
-        "---+-------+----------+----------+-----------+----------+-----------+----------------",
+        f"temperature {result['temperature']}: plain decoding "
+        f"{result['plain_token_s'] * 1e6:.0f} us per character "
+        f"({result['prompts']} prompts x {result['max_new_tokens']} characters, "
+        f"median of {result['repeats']})"
     ]
-    for r in result["rows"]:
-        lines.append(
-            f"{r['k']:2d} | {r['alpha']:.3f} | {r['mean_accepted']:8.3f} | "
-            f"{r['tokens_per_target_call']:8.3f} | {r['predicted_speedup']:8.3f}x | "
-            f"{r['measured_speedup']:7.3f}x | {r['measured_over_predicted']:9.3f} | "
-            f"{r['forward_ceiling']:14.3f}x"
-        )
+    for name, rows in result["methods"].items():
+        lines += [
+            f"{name}:",
+            " k | alpha | tok/call |   c   | Thm 3.8 | cost-aware | measured | meas/cost-aware",
+            "---+-------+----------+-------+---------+------------+----------+----------------",
+        ]
+        for r in rows:
+            lines.append(
+                f"{r['k']:2d} | {r['alpha']:.3f} | {r['tokens_per_target_call']:8.3f} | "
+                f"{r['c']:.3f} | {r['predicted_speedup']:6.2f}x | {r['cost_aware_speedup']:9.2f}x"
+                f" | {r['measured_speedup']:7.2f}x | {r['measured_over_cost_aware']:15.3f}"
+            )
     return "\n".join(lines)
-
-
-def measure_medusa(
-    target,
-    prompts,
-    *,
-    max_new_tokens: int = 200,
-    temperature: float = 1.0,
-    repeats: int = 3,
-    trees=None,
-) -> list[dict]:
-    """Medusa (shipped heads) against plain decoding for each tree shape, in one run.
-
-    Each tree is timed by ``medusa.run_medusa``, which alternates plain decoding and Medusa
-    on every prompt, so each speedup is a ratio of times measured side by side.
-    """
-    from .. import medusa
-
-    heads = medusa.load_heads(target=target)
-    rows = []
-    for name, tree in (trees or medusa.TREES).items():
-        r = medusa.run_medusa(
-            target,
-            heads,
-            prompts,
-            max_new_tokens,
-            tree=tree,
-            temperature=temperature,
-            repeats=repeats,
-        )
-        rows.append(
-            {
-                "tree": name,
-                "nodes": r["tree_size"],
-                "mean_accepted_length": r["mean_accepted_length"],
-                "tokens_per_target_call": r["tokens_per_target_call"],
-                "measured_speedup": r["speedup"],
-            }
-        )
-    return rows
 
 
 def format_medusa_table(result: dict) -> str:
@@ -307,9 +343,51 @@ def format_medusa_table(result: dict) -> str:
         " tree  | nodes | accepted length | tok/call | measured speedup",
         "-------+-------+-----------------+----------+-----------------",
     ]
-    for r in result["medusa"]:
+    for r in result.get("medusa", []):
         lines.append(
             f" {r['tree']:5s} | {r['nodes']:5d} | {r['mean_accepted_length']:15.3f} | "
             f"{r['tokens_per_target_call']:8.3f} | {r['measured_speedup']:15.3f}x"
         )
     return "\n".join(lines)
+
+
+def plot_time_split(results, methods=None):
+    """Stacked bars: where one iteration's time goes (draft, target, verify, rest) for each
+    draft and k, beside what plain decoding spends on the same number of characters.
+
+    ``results``: one result of :func:`measure_speedup` or a list of them (one row of panels
+    each, e.g. temperatures 1 and 0).
+    """
+    import matplotlib.pyplot as plt
+
+    results = [results] if isinstance(results, dict) else list(results)
+    methods = list(methods or results[0]["methods"])
+    fig, axes = plt.subplots(
+        len(results), len(methods), figsize=(4.2 * len(methods), 3.2 * len(results)), squeeze=False
+    )
+    colors = {"draft": "tab:orange", "target": "tab:blue", "verify": "tab:green", "rest": "0.6"}
+    for row_axes, result in zip(axes, results):
+        for ax, name in zip(row_axes, methods):
+            rows = result["methods"][name]
+            xs = [r["k"] for r in rows]
+            bottom = [0.0] * len(rows)
+            for part in SPLIT:
+                h = [r["split_s"][part] * 1e6 for r in rows]
+                ax.bar(xs, h, bottom=bottom, color=colors[part], label=part, width=0.7)
+                bottom = [b + v for b, v in zip(bottom, h)]
+            plain = [r["tokens_per_target_call"] * result["plain_token_s"] * 1e6 for r in rows]
+            ax.plot(xs, plain, "k_", markersize=16, mew=2, label="plain, same characters")
+            ax.set_xticks(xs)
+            ax.set(title=f"{name}, temperature {result['temperature']}", xlabel="k")
+            ax.set_ylabel("microseconds per iteration")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def load_speedup_results(directory: str | Path | None = None) -> dict:
+    """The stored ``bench speedup`` record (``data/results/speedup_cpu.json``)."""
+    path = Path(directory or results_dir()) / "speedup_cpu.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run: specdec-course bench speedup --method all")
+    return json.loads(path.read_text())

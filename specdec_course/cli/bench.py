@@ -8,7 +8,7 @@ import torch
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks, reported as ratios measured in one run")
     p.add_argument("what", choices=["verifier", "speedup"])
-    p.add_argument("--method", choices=["draft", "medusa", "all"], default="draft")
+    p.add_argument("--method", choices=["draft", "ngram", "medusa", "all"], default="all")
     p.add_argument("--out", default=None, help="folder for JSON/CSV/PNG results")
     p.add_argument("--quick", action="store_true", help="a small, fast sweep")
     p.add_argument("--temperature", type=float, default=None)
@@ -57,44 +57,53 @@ def _verifier(args) -> int:
 
 
 def _speedup(args) -> int:
-    """Plain vs speculative decoding on the shipped pair.
-
-    Batch 1, the fixed validation prompts of ``bench.validation_prompts`` (32 characters),
-    200 new characters each, medians over ``--repeats`` runs, one thread; temperatures 1 and
-    0 unless ``--temperature`` picks one. Prints the tables and the cost of one target
-    forward over 1, 2, 4, 8, 16 new tokens, and saves everything as JSON.
-    """
+    """Plain decoding against the draft model, the n-gram draft and Medusa on this CPU."""
     from .. import bench
     from ..data import CharTokenizer
     from ..model import load_pretrained
 
     torch.set_num_threads(1)
-    target, draft = load_pretrained("target"), load_pretrained("draft")
+    target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
+    wanted = {"all": ("draft", "ngram", "medusa")}.get(args.method, (args.method,))
+    drafts = {}
+    if "draft" in wanted:
+        drafts["draft"] = load_pretrained("draft")
+    if "ngram" in wanted:
+        from ..ngram import NgramDraft
+
+        drafts["ngram"] = NgramDraft()
+    heads = None
+    if "medusa" in wanted:
+        from ..medusa import load_heads
+
+        heads = load_heads(target=target)
     temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
     repeats = args.repeats or (2 if args.quick else 5)
     ks = (1, 2, 3, 4) if args.quick else bench.SPEEDUP_KS
-    costs = bench.forward_costs(target, draft)
+    costs = bench.forward_costs(target, drafts.get("draft", target))
     print("cost of one cached forward (median):")
     for n, t, rel in zip(costs["sizes"], costs["target_s"], costs["target_rel"]):
         print(f"  target, {n:2d} new tokens: {t * 1e6:7.0f} us = {rel:.2f} x one token")
-    print(f"  c = draft call / target call (one token) = {costs['c']:.3f}")
     results = []
     for temperature in temps:
         res = bench.measure_speedup(
-            target, draft, prompts, ks=ks, temperature=temperature, repeats=repeats, progress=True
+            target,
+            drafts,
+            prompts,
+            ks=ks,
+            medusa_heads=heads,
+            temperature=temperature,
+            repeats=repeats,
+            progress=True,
         )
-        if args.method in ("medusa", "all"):
-            res["medusa"] = bench.measure_medusa(
-                target, prompts, temperature=temperature, repeats=repeats
-            )
         results.append(res)
         print(bench.format_speedup_table(res))
         if "medusa" in res:
             print(bench.format_medusa_table(res))
-    command = "specdec-course bench speedup" + (
-        f" --method {args.method}" if args.method != "draft" else ""
+    command = f"specdec-course bench speedup --method {args.method}" + (
+        " --quick" if args.quick else ""
     )
-    path = bench.save_speedup_results(costs, results, command, args.out)
-    print(f"wrote {path}")
+    for path in bench.save_speedup_results(costs, results, command, args.out):
+        print(f"wrote {path}")
     return 0

@@ -13,6 +13,14 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="checkpoint path (default: data/checkpoints/)")
     p.add_argument("--distill-from", default=None, help="teacher checkpoint for the draft")
     p.add_argument("--init-from", default=None, help="start from this checkpoint's weights")
+    p.add_argument(
+        "--distill-loss",
+        choices=["kl", "tv"],
+        default="kl",
+        help="soft-label loss with --distill-from: kl, or tv (1 - acceptance rate)",
+    )
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate override")
+
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.set_defaults(run=run)
 
@@ -35,6 +43,8 @@ def run(args) -> int:
         out=args.out,
         init_from=args.init_from,
         distill_from=args.distill_from,
+        distill_loss=args.distill_loss,
+        lr=args.lr,
     )
     tc = meta["train"]
     print(
@@ -52,7 +62,13 @@ def run(args) -> int:
 def _train_medusa(args) -> int:
     from ..medusa import train_shipped_heads
 
-    for flag, value in (("--init-from", args.init_from), ("--distill-from", args.distill_from)):
+    given = (
+        ("--init-from", args.init_from),
+        ("--distill-from", args.distill_from),
+        ("--distill-loss", None if args.distill_loss == "kl" else args.distill_loss),
+        ("--lr", args.lr),
+    )
+    for flag, value in given:
         if value is not None:
             raise ValueError(
                 f"{flag} does not apply to --preset medusa: the heads always start from the "

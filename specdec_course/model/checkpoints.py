@@ -15,9 +15,13 @@ from .gpt import CharGPT, check_model
 def rebuild_command(name: str) -> str:
     """The command that rebuilds the shipped checkpoint ``name`` ("target" or "draft")."""
     if name == "draft":
+        distill = (
+            "specdec-course train --preset draft --init-from data/checkpoints/draft.pt "
+            "--distill-from data/checkpoints/target.pt"
+        )
         return (
-            "specdec-course train --preset draft && specdec-course train --preset draft "
-            "--init-from data/checkpoints/draft.pt --distill-from data/checkpoints/target.pt"
+            f"specdec-course train --preset draft && {distill} && "
+            f"{distill} --distill-loss tv --lr 1e-3 --steps 2500"
         )
     return f"specdec-course train --preset {name}"
 

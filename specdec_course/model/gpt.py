@@ -98,6 +98,7 @@ class CharGPT(nn.Module):
             persistent=False,
         )
         self._fast_params = None
+        self._input_table = None
 
     @staticmethod
     def _init_weights(module):
@@ -187,17 +188,49 @@ class CharGPT(nn.Module):
         return self.transformer.ln_f(x)
 
     def train(self, mode: bool = True):
-        self._fast_params = None  # rebuilt on the next cached call
+        # Rebuilt on the next cached call: training changes the weights in place.
+        self._fast_params = self._input_table = None
         return super().train(mode)
 
     # Anything that may replace the parameter tensors drops the cached references to them.
     def load_state_dict(self, *args, **kwargs):
-        self._fast_params = None
+        self._fast_params = self._input_table = None
         return super().load_state_dict(*args, **kwargs)
 
     def _apply(self, *args, **kwargs):
-        self._fast_params = None
+        self._fast_params = self._input_table = None
         return super()._apply(*args, **kwargs)
+
+    def _collect_fast_params(self):
+        # Plain references to every tensor a cached step reads: a module attribute look-up
+        # costs about a microsecond, and a 1-layer draft step makes a dozen of them.
+        layers = [
+            (
+                b.ln_1.weight,
+                b.ln_1.bias,
+                b.attn.c_attn.weight,
+                b.attn.c_attn.bias,
+                b.attn.c_proj.weight,
+                b.attn.c_proj.bias,
+                b.ln_2.weight,
+                b.ln_2.bias,
+                b.mlp.c_fc.weight,
+                b.mlp.c_fc.bias,
+                b.mlp.c_proj.weight,
+                b.mlp.c_proj.bias,
+            )
+            for b in self.transformer.h
+        ]
+        tr = self.transformer
+        return (
+            layers,
+            tr.wte.weight,
+            tr.wpe.weight,
+            tr.ln_f.weight,
+            tr.ln_f.bias,
+            self._arange,
+            self._causal_bias,
+        )
 
     def decode_hidden(
         self,
@@ -205,6 +238,7 @@ class CharGPT(nn.Module):
         cache: KVCache,
         pos: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        table: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The cached forward, **unchecked**: hidden states ``[B, T, n_embd]`` of new tokens.
 
@@ -222,44 +256,37 @@ class CharGPT(nn.Module):
         tests pin the logits equal), written straight-line over the parameters: at batch 1
         a call costs what its few dozen small ops cost to dispatch, and going through the
         modules (hooks, attribute look-ups, dropout calls that do nothing in eval mode)
-        doubles that.
+        doubles that. ``table`` (from :meth:`input_table`) replaces the first layer's
+        embedding, LayerNorm and query/key/value projection by one row look-up.
         """
-        params = self._fast_params
-        if params is None:
-            params = self._fast_params = [
-                (
-                    b.ln_1.weight,
-                    b.ln_1.bias,
-                    b.attn.c_attn.weight,
-                    b.attn.c_attn.bias,
-                    b.attn.c_proj.weight,
-                    b.attn.c_proj.bias,
-                    b.ln_2.weight,
-                    b.ln_2.bias,
-                    b.mlp.c_fc.weight,
-                    b.mlp.c_fc.bias,
-                    b.mlp.c_proj.weight,
-                    b.mlp.c_proj.bias,
-                )
-                for b in self.transformer.h
-            ]
+        fast = self._fast_params
+        if fast is None:
+            fast = self._fast_params = self._collect_fast_params()
+        layers, wte, wpe, lnf_w, lnf_b, arange, causal = fast
         B, T = idx.shape
-        cfg = self.config
-        C, nh = cfg.n_embd, cfg.n_head
+        C, nh = self.config.n_embd, self.config.n_head
         start = cache.length
         end = start + T
-        wte, wpe = self.transformer.wte.weight, self.transformer.wpe.weight
-        if pos is None:
+        first = None  # layer 0's qkv projection, when the table provides it
+        if table is not None:
+            flat = idx.view(-1) * self.config.block_size + (
+                arange[start:end] if pos is None else pos
+            )
+            rows = table.index_select(0, flat).view(B, T, -1)
+            x, first = rows[..., :C], rows[..., C:]
+        elif pos is None:
             x = F.embedding(idx, wte) + wpe[start:end]
         else:
             x = F.embedding(idx, wte) + F.embedding(pos, wpe)
         if mask is None:
             # One new token attends to everything cached: no mask. Several: causal, offset.
-            mask = None if T == 1 else self._causal_bias[start:end, :end]
+            mask = None if T == 1 else causal[start:end, :end]
         ck, cv = cache.k, cache.v
-        for layer, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(params):
-            h = F.layer_norm(x, (C,), l1w, l1b)
-            qkv = F.linear(h, aw, ab).view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
+        for layer, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(layers):
+            if first is None:
+                first = F.linear(F.layer_norm(x, (C,), l1w, l1b), aw, ab)
+            qkv = first.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
+            first = None
             ck[layer, :, :, start:end] = qkv[1]  # (B, nh, T, hs), written in place
             cv[layer, :, :, start:end] = qkv[2]
             y = F.scaled_dot_product_attention(
@@ -268,7 +295,28 @@ class CharGPT(nn.Module):
             x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), pw, pb)
             x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), l2w, l2b), fw, fb)), f2w, f2b)
         cache.length = end
-        return F.layer_norm(x, (C,), self.transformer.ln_f.weight, self.transformer.ln_f.bias)
+        return F.layer_norm(x, (C,), lnf_w, lnf_b)
+
+    @torch.no_grad()
+    def input_table(self) -> torch.Tensor:
+        """``[vocab_size * block_size, 4 * n_embd]``: for every (token, position), the first
+        layer's input ``x = wte[token] + wpe[position]`` and its query/key/value projection
+        ``c_attn(ln_1(x))``, the work of the first layer that depends on nothing else.
+
+        One row look-up then replaces four ops of every cached step (``decode_hidden(...,
+        table=...)``); a draft model, called ``k`` times per iteration, gains most. Built on
+        first use and kept (21 MB for the 1-layer draft); rebuilt after the weights change.
+        The rows are computed in one batch, so they may differ from a step's own arithmetic
+        in the last bit: use it for a draft (whose ``q`` is reported as computed), not where
+        two runs must agree bit for bit.
+        """
+        if self._input_table is None:
+            cfg, b = self.config, self.transformer.h[0]
+            wte, wpe = self.transformer.wte.weight, self.transformer.wpe.weight
+            x = (wte[:, None, :] + wpe[None, :, :]).reshape(-1, cfg.n_embd)
+            qkv = b.attn.c_attn(b.ln_1(x))
+            self._input_table = torch.cat([x, qkv], dim=1).contiguous()
+        return self._input_table
 
     def forward(
         self,

@@ -1,0 +1,135 @@
+"""Plain autoregressive decoding with the KV cache: the baseline every speedup is measured
+against, and the checks every decoding loop shares.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from .._validate import check_int
+from ..model import CharGPT, KVCache, check_model
+from ..sampling import SamplingOptions, exp_noise
+
+__all__ = ["check_prompt", "generate", "caches_consistent", "next_logits", "all_logits", "gumbel"]
+
+
+# ------------------------------------------------------------------------------ input checks
+
+
+def check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model") -> torch.Tensor:
+    """The prompt as 1-D int64 ids, checked against ``model`` and ``max_new_tokens``.
+
+    Accepts a 1-D tensor (or ``[1, T]``) or a list of ints. Raises ValueError when ``model``
+    is not a ``CharGPT``, the prompt is empty or holds ids outside the vocabulary, or prompt
+    plus ``max_new_tokens`` exceeds the model's context.
+    """
+    check_model(model, name)
+    if isinstance(prompt_ids, torch.Tensor):
+        ids = prompt_ids
+    else:
+        try:
+            ids = torch.tensor(list(prompt_ids), dtype=torch.long)
+        except (TypeError, ValueError):
+            raise ValueError(
+                "prompt_ids must be a 1-D int64 tensor or a list of ints; encode text with "
+                "CharTokenizer.encode"
+            ) from None
+    if ids.dim() == 2 and ids.shape[0] == 1:
+        ids = ids[0]
+    if ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"prompt_ids must be a 1-D int64 tensor; got shape {tuple(ids.shape)} {ids.dtype}"
+        )
+    if ids.numel() == 0:
+        raise ValueError("prompt_ids is empty; give at least one token (e.g. a newline)")
+    V = model.config.vocab_size
+    if int(ids.min()) < 0 or int(ids.max()) >= V:
+        raise ValueError(
+            f"prompt_ids holds ids outside the vocabulary [0, {V}); encode the prompt with "
+            "the model's CharTokenizer"
+        )
+    check_int(max_new_tokens, "max_new_tokens", minimum=0)
+    total = ids.numel() + max_new_tokens
+    if total > model.config.block_size:
+        raise ValueError(
+            f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) = {total} "
+            f"exceeds the context of {model.config.block_size} positions the model was "
+            "trained on; shorten the prompt or generate fewer tokens"
+        )
+    return ids.to(torch.long)
+
+
+def next_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Logits ``[V]`` after the last of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
+    return F.linear(model.decode_hidden(ids, cache)[0, -1], model.lm_head.weight)
+
+
+def all_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Logits ``[T, V]`` for every one of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
+    return F.linear(model.decode_hidden(ids, cache)[0], model.lm_head.weight)
+
+
+def gumbel(exp_draws: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise from Exp(1) draws: ``-log(E)`` (finite: the draws are > 0)."""
+    return exp_draws.log().neg_()
+
+
+# ------------------------------------------------------------------------------------ decoding
+
+
+@torch.inference_mode()
+def generate(
+    model: CharGPT,
+    prompt_ids,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Plain autoregressive decoding with the KV cache: one model call per new token.
+
+    ``prompt_ids``: 1-D int64 ids (non-empty). Each new token is sampled from the model's
+    next-token distribution after temperature, top-k and top-p (as
+    ``sampling.process_logits``; ``temperature=0`` is greedy and draws no random numbers).
+    Returns the 1-D sequence ``prompt + max_new_tokens`` new ids. Raises ValueError for an
+    empty or out-of-vocabulary prompt, bad options, or a total length beyond the model's
+    block size.
+    """
+    ids = check_prompt(model, prompt_ids, max_new_tokens)
+    smp = SamplingOptions(temperature, top_k, top_p)
+    n0 = ids.numel()
+    end = n0 + max_new_tokens
+    out = torch.empty(end, dtype=torch.long)
+    out[:n0] = ids
+    if max_new_tokens == 0:
+        return out
+    V = model.config.vocab_size
+    noise = None if smp.greedy else gumbel(exp_noise((max_new_tokens, V), generator=generator))
+    cache = model.new_cache(1)
+    logits = model(ids[None], cache)[0, -1]
+    for i in range(n0, end):
+        if smp.greedy:
+            torch.argmax(logits, dim=-1, keepdim=True, out=out[i : i + 1])
+        else:
+            torch.argmax(
+                smp.logits(logits) + noise[i - n0], dim=-1, keepdim=True, out=out[i : i + 1]
+            )
+        if i + 1 < end:
+            logits = next_logits(model, out[i : i + 1][None], cache)
+    return out
+
+
+def caches_consistent(
+    model: CharGPT, cache: KVCache, ids: torch.Tensor, atol: float = 1e-5
+) -> bool:
+    """True when ``cache`` holds exactly the keys/values of a fresh run over ``ids[:length]``."""
+    fresh = model.new_cache(1)
+    with torch.inference_mode():
+        model(ids[None, : cache.length], fresh)
+    L = cache.length
+    return torch.allclose(cache.k[..., :L, :], fresh.k[..., :L, :], atol=atol) and torch.allclose(
+        cache.v[..., :L, :], fresh.v[..., :L, :], atol=atol
+    )

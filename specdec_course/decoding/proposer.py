@@ -1,0 +1,196 @@
+"""What speculative decoding needs from a draft: the ``Proposer`` interface, and the draft model.
+
+A proposer drafts up to ``k`` tokens after the committed text and reports, for each, the exact
+distribution ``q`` it was drawn from, after the same temperature / top-k / top-p processing
+as the target's ``p``. That is all the verifier needs to make the output exact
+(Leviathan et al. 2022, Appendix A.1): any ``q`` works, a better one is accepted more often.
+The proposer is then told how many tokens were committed, so it can roll back what it
+drafted past them. ``speculative_generate`` drives any object with these three methods:
+
+``start(ids, n, sampling, generator, max_new_tokens, k)``
+    a new generation: ``ids[:n]`` is the prompt, ``sampling`` the ``SamplingOptions``;
+    draw any random numbers from ``generator`` (never from the target's).
+``propose(ids, n, k, out) -> (kk, q)``
+    draft ``kk <= k`` tokens continuing ``ids[:n]`` (the committed tokens) into
+    ``out[:kk]`` (int64); ``q`` is float ``[kk, V]`` with row ``j`` the distribution draft
+    ``j`` was sampled from, or ``None`` at temperature 0 (greedy drafts, one-hot ``q``).
+    ``q`` may depend only on the committed text and the proposer's own randomness.
+``commit(ids, n)``
+    ``ids[:n]`` are now committed (some drafts accepted, one token of the target's own):
+    forget state past them.
+
+``ModelProposer`` wraps a ``CharGPT`` draft; ``specdec_course.ngram.NgramDraft`` counts
+characters instead. ``audit_proposer`` checks empirically that a proposer's drafts follow the
+``q`` it reports: one that lies breaks exactness, and this is how to catch it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..model import CharGPT, check_model
+from ..sampling import SamplingOptions, exp_noise
+from .plain import gumbel
+
+__all__ = ["Proposer", "ModelProposer", "as_proposer", "audit_proposer"]
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """A draft that ``speculative_generate`` can drive (see the module docstring)."""
+
+    vocab_size: int
+
+    def start(
+        self,
+        ids: torch.Tensor,
+        n: int,
+        sampling: SamplingOptions,
+        generator: torch.Generator | None,
+        max_new_tokens: int,
+        k: int,
+    ) -> None: ...
+
+    def propose(
+        self, ids: torch.Tensor, n: int, k: int, out: torch.Tensor
+    ) -> tuple[int, torch.Tensor | None]: ...
+
+    def commit(self, ids: torch.Tensor, n: int) -> None: ...
+
+
+class ModelProposer:
+    """A ``CharGPT`` draft as a proposer: ``k`` cached forward calls per proposal.
+
+    The draft cache holds a prefix ``x[0..m-1]`` of the committed text with ``m`` in
+    ``{n-2, n-1}``: the first call of a proposal feeds the one or two missing tokens (the
+    catch-up) with no extra call. After a commit of ``n`` tokens the cache is cropped to
+    ``min(its length, n - 1)``: after full acceptance the draft never fed its own last
+    draft, which becomes part of the next catch-up.
+
+    Steps use the draft's ``input_table`` (its first layer's input work as one look-up).
+    Sampling is Gumbel-max over the processed logits, with the noise drawn at ``start`` in
+    one block ``[max_new_tokens, k, V]`` (an iteration emits at least one token, so there
+    are never more proposals than new tokens); ``q`` is the softmax of the same processed
+    logits, one op over all drafted rows.
+    """
+
+    def __init__(self, model: CharGPT):
+        self.model = check_model(model, "draft")
+        self.vocab_size = model.config.vocab_size
+        self.cache = None
+
+    def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
+        model = self.model
+        self.sampling = sampling
+        # Identity processing (temperature 1, no filters, or greedy): no op per draft.
+        self.processed = not ((sampling.plain or sampling.greedy) and sampling.inv_t == 1.0)
+        self.cache = model.new_cache(1)
+        if n > 1:  # everything but the pending last token, as the target
+            model(ids[None, : n - 1], self.cache)
+        V, w = self.vocab_size, model.lm_head.weight
+        self.table = model.input_table()  # the first layer's work as one look-up per step
+        self.w_t = w.t()  # lm_head as [C, V]: mm(h, w_t, out=...) writes logits in place
+        self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
+        self.noise = None
+        if not sampling.greedy and k > 0:
+            shape = (max(max_new_tokens, 1), k, V)
+            self.noise = gumbel(exp_noise(shape, generator=generator, device=w.device))
+        self.calls = 0
+        self._views_of = None
+
+    def _views(self, out: torch.Tensor) -> list:
+        # Per draft position j: its logits row, its output slot and the next call's input.
+        # The loop passes the same buffer every time, so the views are built once.
+        if self._views_of is not out:
+            lg = self.logits
+            self._view_list = [
+                (lg[j : j + 1], out[j : j + 1], out[None, j : j + 1]) for j in range(out.numel())
+            ]
+            self._views_of = out
+        return self._view_list
+
+    def propose(self, ids, n, k, out):
+        model, cache, w_t = self.model, self.cache, self.w_t
+        views = self._views(out)
+        noise = None if self.noise is None else self.noise[self.calls]
+        self.calls += 1
+        # The first call also feeds the catch-up (one or two tokens); its last row drafts.
+        table = self.table
+        h = model.decode_hidden(ids[None, cache.length : n], cache, table=table)[0, -1:]
+        for j in range(k):
+            row, slot, nxt = views[j]
+            torch.mm(h, w_t, out=row)
+            if self.processed:
+                row.copy_(self.sampling.logits(row))
+            if noise is None:
+                torch.argmax(row, dim=-1, out=slot)
+            else:
+                torch.argmax(row + noise[j], dim=-1, out=slot)
+            if j + 1 < k:
+                h = model.decode_hidden(nxt, cache, table=table)[0]
+        return k, (None if noise is None else self.logits[:k].softmax(-1))
+
+    def commit(self, ids, n) -> None:
+        cache = self.cache
+        if cache.length > n - 1:
+            cache.crop(n - 1)
+
+
+def as_proposer(draft) -> Proposer:
+    """``draft`` as a proposer: a ``CharGPT`` is wrapped in ``ModelProposer``."""
+    if isinstance(draft, CharGPT):
+        return ModelProposer(draft)
+    if isinstance(draft, Proposer):
+        return draft
+    raise ValueError(
+        "draft must be a CharGPT or a proposer (an object with vocab_size, start, propose "
+        f"and commit; see specdec_course.decoding.proposer); got {type(draft).__name__}"
+    )
+
+
+@torch.inference_mode()
+def audit_proposer(
+    draft,
+    prompt_ids,
+    *,
+    runs: int = 20_000,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+):
+    """Does the proposer draft from the ``q`` it reports? A chi-square test of its first draft.
+
+    Starts the proposer ``runs`` times on ``prompt_ids`` (1-D ids), each with a fresh seed,
+    takes its first draft, and tests the drafts' histogram against the first reported ``q``
+    (which must be the same in every run: it may depend only on the committed text). Returns
+    ``stats.ChiSquareResult`` (``passed`` is False for a proposer that lies), or raises
+    ValueError if the reported ``q`` changes from run to run or is not a distribution.
+    A correct proposer fails by chance with the result's ``false_failure_rate``.
+    """
+    from ..stats import chi_square_test, counts
+
+    proposer = as_proposer(draft)
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long).flatten()
+    n = ids.numel()
+    smp = SamplingOptions(temperature, top_k, top_p)
+    if smp.greedy:
+        raise ValueError("temperature 0 drafts are deterministic; audit at temperature > 0")
+    out = torch.empty(1, dtype=torch.long)
+    q0, seen = None, []
+    for r in range(runs):
+        proposer.start(ids, n, smp, torch.Generator().manual_seed(seed + r), 1, 1)
+        kk, q = proposer.propose(ids, n, 1, out)
+        if kk < 1 or q is None:
+            raise ValueError("the proposer drafted nothing at temperature > 0")
+        if q0 is None:
+            q0 = q[0].double().clone()
+        elif not torch.equal(q[0].double(), q0):
+            raise ValueError(
+                "the proposer reported different q for the same committed text in two runs; "
+                "q may depend only on the committed text"
+            )
+        seen.append(int(out[0]))
+    return chi_square_test(counts(torch.tensor(seen), q0.numel()), q0 / q0.sum())

@@ -1,0 +1,164 @@
+"""Speculative decoding at batch 1: draft, verify in one target call, commit, repeat.
+
+Leviathan et al. 2022 (arXiv:2211.17192), Algorithm 1, with any proposer (the 1-layer draft
+model, the n-gram draft, ...; see ``proposer``). The output is distributed exactly as
+``generate``'s; at temperature 0 it is the same tokens.
+
+The caches, and the invariant that makes rollback a pointer move. With ``n`` committed tokens
+``x[0..n-1]`` at the start of an iteration, the target cache holds exactly ``x[0..n-2]``: the
+last committed token is *pending* and is fed together with the drafts, so one target call
+scores ``k + 1`` positions. After verification accepts ``a`` drafts, ``n`` grows by
+``a + 1`` and the target cache is cropped to ``n - 1``: positions past it (the rejected
+drafts) are simply overwritten by the next call. The proposer is told ``n`` and rolls back
+its own state (the draft model crops its cache the same way).
+
+The loop is lean on purpose (on a CPU at batch 1 every tensor op costs microseconds, and a
+draft step costs about a hundred): one cached forward per draft token, one per target call,
+the batch-1 verifier ``verifier.rejection_sample_row`` (a dozen ops and one transfer to
+Python), and pointer moves. ``timings=True`` splits the wall time into draft, target,
+verify and the rest.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.nn import functional as F
+
+from .._validate import check_int
+from ..model import CharGPT
+from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
+from ..verifier import rejection_sample_row
+from .plain import check_prompt
+from .proposer import ModelProposer, as_proposer
+from .stats import SpecStats
+
+__all__ = ["speculative_generate"]
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target: CharGPT,
+    draft,
+    prompt_ids,
+    max_new_tokens: int,
+    *,
+    k: int = 4,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    timings: bool = False,
+    on_iteration=None,
+) -> tuple[torch.Tensor, SpecStats]:
+    """Speculative decoding: the draft proposes ``k`` tokens, the target verifies them at once.
+
+    Same arguments and output as :func:`generate` (the 1-D sequence prompt + exactly
+    ``max_new_tokens`` new ids), plus ``draft`` (a ``CharGPT`` with the same vocabulary, or
+    any proposer, e.g. ``ngram.NgramDraft``) and ``k >= 1`` drafts per iteration. The draft
+    samples each token from ``q`` after the same temperature / top-k / top-p processing as
+    the target's ``p``; the batch-1 verifier keeps the accepted prefix and one recovered or
+    bonus token, so the output is distributed exactly as ``generate(target, ...)``'s, and at
+    ``temperature=0`` it is the same tokens. An iteration drafts at most the tokens still
+    needed, so a large ``k`` costs nothing extra. ``timings=True`` fills
+    ``SpecStats.seconds`` (draft, target, verify, rest); ``on_iteration(ids, target_cache,
+    draft_cache, accepted)``, if given, is called after every iteration with the committed
+    ids so far (``draft_cache`` is the draft model's cache, ``None`` for other proposers).
+
+    Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
+    for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
+    ``max_new_tokens``: an iteration emits at least one token; ``k' = min(k, m - 1)``),
+    then whatever the proposer draws in ``start`` (the draft model: Gumbel noise
+    ``[m, k', V]``).
+
+    Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a draft
+    that is neither a ``CharGPT`` nor a proposer, or a vocabulary that differs.
+    """
+    wall0 = time.perf_counter()
+    ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
+    if isinstance(draft, CharGPT):
+        check_prompt(draft, ids, max_new_tokens, "draft")
+    proposer = as_proposer(draft)
+    V = target.config.vocab_size
+    if proposer.vocab_size != V:
+        raise ValueError(
+            f"target and draft must share a vocabulary; got sizes {V} and {proposer.vocab_size}"
+        )
+    check_int(k, "k (drafts per iteration)")
+    smp = SamplingOptions(temperature, top_k, top_p)
+    greedy = smp.greedy
+    n = ids.numel()
+    end = n + max_new_tokens
+    out = torch.empty(end, dtype=torch.long)
+    out[:n] = ids
+    stats = SpecStats(k=k)
+    if max_new_tokens == 0:
+        return out, stats
+    k = min(k, max_new_tokens - 1)  # never more drafts than could be kept: k' in the docstring
+
+    U = None if greedy else uniform_open_closed((max_new_tokens, k), generator=generator).tolist()
+    R = None if greedy else exp_noise((max_new_tokens, V), generator=generator)
+    proposer.start(out, n, smp, generator, max_new_tokens, k)
+    draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
+    tc = target.new_cache(1)
+    if n > 1:  # prefill everything but the pending last token
+        target(out[None, : n - 1], tc)
+    w = target.lm_head.weight
+    # The target's input: the pending token followed by the drafts, written in place.
+    feed = torch.empty(1, k + 1, dtype=torch.long)
+    drafts = feed[0, 1:]
+    clock = time.perf_counter if timings else None
+    spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
+    it = drafted = rejections = 0
+    accepted = stats.accepted_per_iteration
+    feed[0, 0] = out[n - 1]
+    while n < end:
+        t0 = clock() if clock else 0.0
+        kk = min(k, end - n - 1)  # never draft tokens that could not be kept
+        q = None
+        if kk:
+            kk, q = proposer.propose(out, n, kk, drafts)
+        t1 = clock() if clock else 0.0
+        # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
+        logits = F.linear(target.decode_hidden(feed[:, : kk + 1], tc)[0], w)
+        t2 = clock() if clock else 0.0
+        if greedy:
+            # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the
+            # target's argmax, then emit the argmax" (tests pin it to rejection_sample).
+            best = logits.argmax(-1).tolist()
+            a = 0
+            if kk:
+                dl = drafts[:kk].tolist()
+                while a < kk and dl[a] == best[a]:
+                    a += 1
+            new = best[:a] if not kk else dl[:a]
+            new.append(best[a])
+        else:
+            p = smp.logits(logits).softmax(-1)  # no op before softmax at temperature 1
+            new, a = rejection_sample_row(drafts[:kk], q, p, U[it], R[it])
+        t3 = clock() if clock else 0.0
+        if a:
+            out[n : n + a] = drafts[:a]
+        out[n + a] = feed[0, 0] = new[a]  # the new token, and the next call's pending one
+        n += a + 1
+        it += 1
+        tc.crop(n - 1)  # roll back: a pointer move (see the module docstring)
+        proposer.commit(out, n)
+        accepted.append(a)
+        rejections += a < kk
+        drafted += kk
+        if on_iteration is not None:
+            on_iteration(out[:n], tc, draft_cache, a)
+        if clock:
+            spent["draft"] += t1 - t0
+            spent["target"] += t2 - t1
+            spent["verify"] += t3 - t2
+    stats.iterations = stats.target_calls = it
+    stats.drafted = stats.draft_calls = drafted
+    stats.rejections = rejections
+    stats.emitted = max_new_tokens
+    if timings:
+        spent["rest"] = time.perf_counter() - wall0 - sum(spent.values())
+        stats.seconds = spent
+    return out, stats

@@ -1,0 +1,346 @@
+"""A draft that costs nothing: a character n-gram model counted from the training text.
+
+An ``order``-gram predicts the next character from the ``order - 1`` before it. Counts come
+from the corpus's training split only (never validation), smoothed by interpolated absolute
+discounting (Ney, Essen & Kneser 1994): with ``c(h, w)`` the count of character ``w`` after
+the context ``h``, ``c(h)`` their sum and ``N1(h)`` the number of distinct ``w`` seen after
+``h``,
+
+    P(w | h) = max(c(h, w) - D, 0) / c(h)  +  D * N1(h) / c(h) * P(w | h')
+
+where ``h'`` drops the oldest character of ``h``; the recursion ends at the unigram,
+interpolated the same way with the uniform distribution, so every character has mass. A
+context never seen in training backs off to its longest seen suffix. Every distribution is
+rounded to multiples of 2^-24 that sum to exactly 1 (``stats.round_probs``), so that the
+``q`` the draft reports is, to the bit, the distribution it samples from (exact in float32,
+exactly summed in any order): sampled speculation stays lossless.
+
+As a proposer (``decoding.speculative_generate(target, NgramDraft(), ...)``) a drafted token
+costs a dictionary look-up and a binary search over a precomputed cumulative row: about a
+microsecond, against hundreds for a model step. ``NgramDraft()`` with no arguments is the
+default: the order and discount chosen by measured acceptance against the shipped target on
+validation text (``order_sweep``; lesson 07).
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from bisect import bisect_right
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from . import data as D
+from ._validate import check_int
+from .sampling import SamplingOptions, process_logits
+from .stats import round_probs
+
+__all__ = ["DEFAULT_ORDER", "DEFAULT_DISCOUNT", "NgramDraft", "measure_alpha", "order_sweep"]
+
+# Chosen by order_sweep on the shipped target (temperature 1, 32 validation windows):
+# order 5 has the highest acceptance (0.78; 0.76 at order 4, 0.75 at 6): longer contexts are
+# seen too rarely in 1M characters. A discount near 1 helps a little at every order.
+DEFAULT_ORDER = 5
+DEFAULT_DISCOUNT = 0.9
+_PROCESSED_CACHE = 2  # sampling settings whose processed tables are kept (50 MB each)
+
+
+class _Level:
+    """Counts of one context length ``L``: sorted context codes and a CSR row of children."""
+
+    def __init__(self, ids: np.ndarray, L: int, V: int):
+        n = ids.size
+        code = np.zeros(n - L, dtype=np.int64)  # context of position i (predicting ids[i])
+        for j in range(1, L + 1):  # most recent character least significant
+            code += ids[L - j : n - j] * V ** (j - 1)
+        full = code * V + ids[L:]
+        keys, counts = np.unique(full, return_counts=True)
+        ctx, start = np.unique(keys // V, return_index=True)
+        self.L, self.V = L, V
+        self.ctx = ctx  # sorted context codes
+        self.indptr = np.append(start, keys.size)
+        self.child = (keys % V).astype(np.int64)
+        self.count = counts.astype(np.float64)
+        self.total = np.add.reduceat(self.count, start)  # c(h)
+        self.distinct = np.diff(self.indptr).astype(np.float64)  # N1(h)
+
+    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Row of each context code, and whether it was seen."""
+        rows = np.searchsorted(self.ctx, codes)
+        rows = np.minimum(rows, self.ctx.size - 1)
+        return rows, self.ctx[rows] == codes
+
+    def dense_counts(self, rows: np.ndarray) -> np.ndarray:
+        """``c(h, w)`` for the given rows as a dense ``[len(rows), V]`` array."""
+        starts, ends = self.indptr[rows], self.indptr[rows + 1]
+        lens = ends - starts
+        which = np.repeat(np.arange(rows.size), lens)
+        flat = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+        out = np.zeros((rows.size, self.V))
+        out[which, self.child[flat]] = self.count[flat]
+        return out
+
+
+class NgramDraft:
+    """A character ``order``-gram draft with exact ``q``, usable as ``speculative_generate``'s
+    draft.
+
+    ``NgramDraft()`` counts the shipped corpus's training split with ``DEFAULT_ORDER`` and
+    ``DEFAULT_DISCOUNT``; ``text`` (a str in the corpus alphabet) or ``ids`` (1-D int64)
+    counts something else. ``probs(context)`` is the full distribution after a context
+    (a str or ids), ``batch_probs`` the same for many; ``start / propose / commit`` are the
+    proposer interface of ``decoding.proposer``. ``tables=False`` keeps only the counts (for
+    measuring many orders: ``batch_probs`` works, drafting does not). Raises ValueError for
+    an order below 1, a discount outside (0, 1), or text with characters outside the
+    vocabulary.
+    """
+
+    def __init__(
+        self,
+        order: int = DEFAULT_ORDER,
+        discount: float = DEFAULT_DISCOUNT,
+        *,
+        text: str | None = None,
+        ids: torch.Tensor | None = None,
+        vocab: str = D.VOCAB,
+        tables: bool = True,
+    ):
+        t0 = time.perf_counter()
+        check_int(order, "order (characters of context + 1)")
+        if not 0.0 < float(discount) < 1.0:
+            raise ValueError(f"discount must lie in (0, 1); got {discount!r}")
+        self.tokenizer = D.CharTokenizer(vocab)
+        self.vocab_size = V = self.tokenizer.vocab_size
+        if ids is None:
+            if text is None:  # the corpus's training split: validation is never counted
+                ids, _ = D.train_val_split(self.tokenizer.encode(D.load_corpus()))
+            else:
+                ids = self.tokenizer.encode(text)
+        ids = torch.as_tensor(ids)
+        if ids.dim() != 1 or ids.numel() <= order or ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"ids must be 1-D integer ids longer than the order ({order})")
+        if int(ids.min()) < 0 or int(ids.max()) >= V:
+            raise ValueError(f"ids must lie in [0, {V}) (the tokenizer's vocabulary)")
+        self.order, self.discount = order, float(discount)
+        arr = ids.numpy().astype(np.int64)
+        self.levels = [_Level(arr, L, V) for L in range(order)]
+        self.trained_on = arr.size
+        self.contexts = sum(lv.ctx.size for lv in self.levels)
+        if tables:
+            self._build_tables()
+        self._processed: OrderedDict = OrderedDict()
+        self.build_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------- distributions
+
+    def _dist(self, contexts: np.ndarray, top: int) -> np.ndarray:
+        """Interpolated distributions ``[n, V]`` (float64) of contexts of ``top`` characters
+        (codes ``[n]``, the most recent character least significant), using levels 0..top."""
+        V, d = self.vocab_size, self.discount
+        lv0 = self.levels[0]
+        c0 = lv0.dense_counts(np.zeros(1, np.int64))[0]
+        uni = (np.maximum(c0 - d, 0) + d * lv0.distinct[0] / V) / lv0.total[0]
+        P = np.broadcast_to(uni, (contexts.size, V)).copy()
+        for lv in self.levels[1 : top + 1]:
+            rows, seen = lv.find(contexts % V**lv.L)
+            if not seen.any():
+                continue
+            r = rows[seen]
+            lower = P[seen]
+            P[seen] = (
+                np.maximum(lv.dense_counts(r) - d, 0) + d * lv.distinct[r][:, None] * lower
+            ) / lv.total[r][:, None]
+        return P
+
+    def _build_tables(self) -> None:
+        # One row per context seen at any level, longest contexts first: the look-up tries
+        # the longest context, then backs off. Rows are exact binary fractions summing to 1.
+        rows, self._index, offset = [], [], 0
+        for lv in reversed(self.levels):
+            self._index.append(
+                (
+                    lv.L,
+                    self.vocab_size**lv.L,
+                    dict(zip(lv.ctx.tolist(), range(offset, offset + lv.ctx.size))),
+                )
+            )
+            rows.append(self._dist(lv.ctx, lv.L))
+            offset += lv.ctx.size
+        self._base = self._tables_for(round_probs(torch.from_numpy(np.concatenate(rows))))
+        self.q_table = self._base[0]  # float32, exact: multiples of 2^-24
+
+    @staticmethod
+    def _tables_for(table: torch.Tensor):
+        # What sampling needs per row: the float32 rows the verifier reads, cumulative sums
+        # for inverse-CDF draws (exact: every entry is a multiple of 2^-24), the argmax.
+        # Cumulative rows as arrays of doubles: bisect on one costs half a microsecond,
+        # numpy's searchsorted on a row several (its call overhead, not the search).
+        cum = np.cumsum(table.numpy(), axis=1)
+        cum[:, -1] = 1.0
+        rows = [array("d", r) for r in cum]
+        return table.float(), rows, table.argmax(-1).tolist()  # float32 rows are exact
+
+    def _row(self, code: int, length: int) -> int:
+        """Table row of the longest seen suffix of a context (code of its last ``length``
+        characters, most recent least significant)."""
+        for L, mod, index in self._index:
+            if L <= length:
+                r = index.get(code % mod)
+                if r is not None:
+                    return r
+        raise AssertionError("the unigram row is always present")
+
+    def _context(self, ids: list[int]) -> tuple[int, int]:
+        """Code and length of the last ``order - 1`` characters of ``ids``."""
+        tail = ids[max(0, len(ids) - self.order + 1) :] if self.order > 1 else []
+        code = 0
+        for t in tail:
+            code = code * self.vocab_size + t
+        return code, len(tail)
+
+    def probs(self, context) -> torch.Tensor:
+        """The full distribution ``q`` (float64 ``[V]``, exact binary, sums to 1) of the next
+        character after ``context`` (a str in the vocabulary, or ids)."""
+        if isinstance(context, str):
+            context = self.tokenizer.encode(context)
+        ids = torch.as_tensor(context, dtype=torch.long).flatten().tolist()
+        if any(not 0 <= t < self.vocab_size for t in ids):
+            raise ValueError(f"context ids must lie in [0, {self.vocab_size})")
+        code, length = self._context(ids)
+        return round_probs(torch.from_numpy(self._dist(np.array([code]), length)))[0]
+
+    def batch_probs(self, contexts: torch.Tensor) -> torch.Tensor:
+        """Distributions ``[n, V]`` (float64, exact binary) after a batch of contexts
+        ``[n, order - 1]`` (ids, the most recent last): the rows ``probs`` returns."""
+        ctx = torch.as_tensor(contexts, dtype=torch.long)
+        L = self.order - 1
+        if ctx.dim() != 2 or ctx.shape[1] != L:
+            raise ValueError(f"contexts must have shape [n, {L}] (order - 1 characters)")
+        if ctx.numel() and (int(ctx.min()) < 0 or int(ctx.max()) >= self.vocab_size):
+            raise ValueError(f"context ids must lie in [0, {self.vocab_size})")
+        codes = np.zeros(ctx.shape[0], dtype=np.int64)
+        for col in ctx.numpy().T:  # oldest first: the most recent ends least significant
+            codes = codes * self.vocab_size + col
+        return round_probs(torch.from_numpy(self._dist(codes, L)))
+
+    def _sampling_tables(self, smp: SamplingOptions):
+        if smp.greedy or (smp.plain and smp.temperature == 1.0):
+            return self._base
+        key = (smp.temperature, smp.top_k, smp.top_p)
+        if key not in self._processed:
+            # Temperature and filters on the n-gram's own log-probabilities, as the target's
+            # logits are processed; rounding keeps the sampled distribution exact.
+            logq = self.q_table.clamp_min(1e-38).log()
+            q = process_logits(logq, smp.temperature, smp.top_k, smp.top_p).double()
+            self._processed[key] = self._tables_for(round_probs(q))
+            if len(self._processed) > _PROCESSED_CACHE:
+                self._processed.popitem(last=False)
+        self._processed.move_to_end(key)
+        return self._processed[key]
+
+    # ------------------------------------------------------------------------ proposer
+
+    def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
+        self.greedy = sampling.greedy
+        self.q32, self.cum, self.argmax = self._sampling_tables(sampling)
+        self.uniforms = None
+        if not self.greedy and k > 0:
+            # float64 uniforms in [0, 1) for the inverse-CDF draws, one block per call.
+            shape = (max(max_new_tokens, 1), k)
+            self.uniforms = torch.rand(shape, dtype=torch.float64, generator=generator).tolist()
+        self.calls = 0
+
+    def propose(self, ids, n, k, out):
+        V, L = self.vocab_size, self.order - 1
+        code, length = self._context(ids[max(0, n - L) : n].tolist())
+        mod = V**L
+        argmax, cum, row_of = self.argmax, self.cum, self._row
+        u = None if self.uniforms is None else self.uniforms[self.calls]
+        self.calls += 1
+        toks, rows = [], []
+        for j in range(k):
+            r = row_of(code, length)
+            t = argmax[r] if u is None else bisect_right(cum[r], u[j])
+            toks.append(t)
+            rows.append(r)
+            if L:
+                code = (code * V + t) % mod
+                length = min(length + 1, L)
+        out[:k] = torch.tensor(toks)
+        return k, (None if u is None else self.q32[rows])
+
+    def commit(self, ids, n) -> None:
+        pass  # the counts are fixed: nothing to roll back
+
+    def __repr__(self) -> str:
+        return (
+            f"NgramDraft(order={self.order}, discount={self.discount}, "
+            f"{self.contexts:,} contexts, {self.trained_on:,} training characters)"
+        )
+
+
+def _target_probs(target, ids: torch.Tensor, n_windows: int, temperature: float):
+    x, _ = D.eval_windows(ids, target.config.block_size, n_windows)
+    with torch.inference_mode():
+        return x, process_logits(target(x), temperature).double()  # [N, T, V]
+
+
+def _alpha(draft: NgramDraft, x: torch.Tensor, P: torch.Tensor, temperature: float) -> float:
+    L = draft.order - 1
+    if L:  # position t predicts x[t + 1] from x[t - L + 1 .. t]: needs t >= L - 1
+        q = draft.batch_probs(x.unfold(1, L, 1).reshape(-1, L))
+        p = P[:, L - 1 :].reshape(-1, P.shape[-1])
+    else:
+        q = draft.probs([]).expand(x.numel(), -1)
+        p = P.reshape(-1, P.shape[-1])
+    if temperature != 1.0:
+        q = process_logits(q.clamp_min(1e-300).log().float(), temperature).double()
+    return torch.minimum(p, q).sum(-1).mean().item()
+
+
+def measure_alpha(
+    target, draft: NgramDraft, ids: torch.Tensor, *, n_windows: int = 32, temperature=1.0
+) -> float:
+    """Mean ``sum(min(p, q))`` over the positions of ``n_windows`` windows of ``ids``.
+
+    ``p`` is the target's next-character distribution after the window's prefix, ``q`` the
+    n-gram's after the same prefix (its last ``order - 1`` characters), both processed with
+    ``temperature`` (0: one-hot argmaxes, alpha = agreement). The first ``order - 2``
+    positions of each window, whose context is shorter than the n-gram's, are left out.
+    """
+    x, P = _target_probs(target, ids, n_windows, temperature)
+    return _alpha(draft, x, P, temperature)
+
+
+def order_sweep(
+    target,
+    orders=range(1, 9),
+    discounts=(DEFAULT_DISCOUNT,),
+    *,
+    n_windows: int = 32,
+    temperature: float = 1.0,
+) -> list[dict]:
+    """Acceptance against ``target`` on validation text for each order and discount.
+
+    Each n-gram counts the training split (counts only, no drafting tables); alpha is
+    measured on ``n_windows`` validation windows, the target's distributions computed once.
+    Returns rows ``{"order", "discount", "alpha", "contexts", "build_s"}``.
+    """
+    train_ids, val_ids = D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
+    x, P = _target_probs(target, val_ids, n_windows, temperature)
+    rows = []
+    for order in orders:
+        for d in discounts:
+            ng = NgramDraft(order, d, ids=train_ids, tables=False)
+            rows.append(
+                {
+                    "order": order,
+                    "discount": d,
+                    "alpha": _alpha(ng, x, P, temperature),
+                    "contexts": ng.contexts,
+                    "build_s": ng.build_seconds,
+                }
+            )
+    return rows
