@@ -16,7 +16,7 @@ import torch
 from scipy import stats as sps
 
 from specdec_course import grading, sampling, stats, theory
-from specdec_course.grading import ex01, run_check
+from specdec_course.grading import ex01, ex02, run_check
 
 # --------------------------------------------------------------------------- correct answers
 
@@ -53,13 +53,29 @@ def p_value_ok(counts, probs):
     return float(sps.chi2.sf(stat, int(keep.sum()) - 1))
 
 
+def expected_tokens_ok(alphas):
+    total, reach = 1.0, 1.0
+    for a in alphas:
+        reach *= a
+        total += reach
+    return total
+
+
+def speedup_ok(alphas, c, target_cost):
+    return expected_tokens_ok(alphas) / (len(alphas) * c + target_cost(len(alphas) + 1))
+
+
+def optimal_gamma_ok(alphas, c, target_cost):
+    return max(range(len(alphas) + 1), key=lambda g: speedup_ok(alphas[:g], c, target_cost))
+
+
 CORRECT = {
     "ex01.residual_distribution": sampling.residual_distribution,
     "ex01.speculative_sample": sampling.speculative_sample,
     "ex01.chi_square_p_value": p_value_ok,
-    "ex02.expected_tokens": theory.expected_tokens,
-    "ex02.speedup": theory.speedup,
-    "ex02.optimal_gamma": theory.optimal_gamma,
+    "ex02.expected_tokens": expected_tokens_ok,
+    "ex02.speedup": speedup_ok,
+    "ex02.optimal_gamma": optimal_gamma_ok,
 }
 
 
@@ -151,10 +167,18 @@ def test_argmax_resample_instead_of_sampling_is_caught():
 
 
 def test_off_by_one_in_expected_tokens_is_caught():
-    def off_by_one(alpha, gamma):
-        return float(gamma) if alpha == 1 else (1 - alpha**gamma) / (1 - alpha)
+    _fails("ex02.expected_tokens", lambda alphas: expected_tokens_ok(alphas) - 1, "one token short")
 
-    _fails("ex02.expected_tokens", off_by_one, "off by one")
+
+def test_adding_the_rates_instead_of_chaining_them_is_caught():
+    _fails("ex02.expected_tokens", lambda alphas: 1.0 + sum(alphas), "added the rates")
+
+
+def test_one_rate_for_every_draft_is_caught():
+    def first_rate(alphas):
+        return theory.expected_tokens(alphas[0], len(alphas)) if alphas else 1.0
+
+    _fails("ex02.expected_tokens", first_rate, "first draft's rate")
 
 
 def test_a_chi_square_check_that_always_passes_is_caught():
@@ -199,32 +223,66 @@ def test_changing_p_in_place_is_caught():
     _fails("ex01.residual_distribution", in_place, "in place")
 
 
-def test_alpha_one_division_by_zero_is_reported_with_its_case():
-    res = _fails("ex02.expected_tokens", lambda a, g: (1 - a ** (g + 1)) / (1 - a))
+def test_a_closed_form_that_divides_by_zero_is_reported_with_its_case():
+    def closed(alphas):
+        a, g = (alphas[0] if alphas else 0.0), len(alphas)
+        return (1 - a ** (g + 1)) / (1 - a)
+
+    res = _fails("ex02.expected_tokens", closed)
     assert res.status == "error"
-    assert "ZeroDivisionError" in res.message and "expected_tokens(1.0" in res.message
+    assert "ZeroDivisionError" in res.message and "expected_tokens([1])" in res.message
 
 
-def test_speedup_without_the_target_call_is_caught():
+def test_speedup_that_prices_the_target_call_as_one_step_is_caught():
     _fails(
         "ex02.speedup",
-        lambda a, g, c: theory.expected_tokens(a, g) / (g * c if g * c else 1),
-        "gamma * c + 1",
+        lambda alphas, c, cost: expected_tokens_ok(alphas) / (len(alphas) * c + 1),
+        "one plain step",
     )
 
 
-def test_searching_gamma_only_up_to_max_gamma_minus_one_is_caught():
-    def short(alpha, c, max_gamma=64):
-        return max(range(max_gamma), key=lambda g: theory.speedup(alpha, g, c))
+def test_speedup_that_prices_the_target_call_over_gamma_tokens_is_caught():
+    _fails(
+        "ex02.speedup",
+        lambda alphas, c, cost: (
+            expected_tokens_ok(alphas) / (len(alphas) * c + cost(max(len(alphas), 1)))
+        ),
+        "without the pending token",
+    )
 
-    _fails("ex02.optimal_gamma", short, "inclusive")
+
+def test_searching_gamma_only_up_to_len_minus_one_is_caught():
+    def short(alphas, c, cost):
+        return max(range(max(len(alphas), 1)), key=lambda g: speedup_ok(alphas[:g], c, cost))
+
+    _fails("ex02.optimal_gamma", short, "never tried")
 
 
 def test_never_returning_zero_gamma_is_caught():
-    def from_one(alpha, c, max_gamma=64):
-        return max(range(1, max_gamma + 1), key=lambda g: theory.speedup(alpha, g, c))
+    def from_one(alphas, c, cost):
+        if not alphas:
+            return 0
+        return max(range(1, len(alphas) + 1), key=lambda g: speedup_ok(alphas[:g], c, cost))
 
-    _fails("ex02.optimal_gamma", from_one, "return 0")
+    _fails("ex02.optimal_gamma", from_one, "do not speculate")
+
+
+def test_stopping_at_the_first_fall_of_the_speedup_is_caught():
+    def greedy(alphas, c, cost):
+        g = 0
+        while g < len(alphas) and speedup_ok(alphas[: g + 1], c, cost) >= speedup_ok(
+            alphas[:g], c, cost
+        ):
+            g += 1
+        return g
+
+    _fails("ex02.optimal_gamma", greedy, "first gamma where the speedup falls")
+
+
+def test_a_target_cost_outside_its_domain_raises_a_clear_error():
+    with pytest.raises(ValueError, match="whole number"):
+        ex02.LESSON04_COST(2.5)
+    assert ex02.TargetCost.free()(7) == 1.0
 
 
 # --------------------------------------------------------------------------- inline check
@@ -245,7 +303,12 @@ def test_inline_check_prints_points_cases_and_the_first_failure(capsys):
     out = capsys.readouterr().out
     assert "0/3 points, FAILED" in out
     assert "first failure: 5-token example" in out
-    assert "expected:" in out and "got:" in out and "hint:" in out
+    assert "expected:" in out and "got:" in out
+    # The first failure names what is wrong; the fuller hint only on request.
+    assert "hint:" not in out and "hint=True" in out
+    grading.check("ex01.residual_distribution", lambda p, q: (p - q).clamp(min=0), hint=True)
+    out = capsys.readouterr().out
+    assert "hint:" in out and "hint=True" not in out
 
 
 @pytest.mark.parametrize(
@@ -288,14 +351,6 @@ def test_a_function_that_loops_forever_times_out():
     assert res.status == "timeout" and res.points == 0
 
 
-def expected_tokens_ok(alpha, gamma):
-    return float(gamma + 1) if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
-
-
-def speedup_ok(alpha, gamma, c):
-    return expected_tokens_ok(alpha, gamma) / (gamma * c + 1)
-
-
 def test_whole_exercise_check_finds_functions_by_name(capsys):
     ns = {"expected_tokens": expected_tokens_ok, "speedup": speedup_ok}
     grading.check("ex02", ns)
@@ -307,7 +362,7 @@ def test_whole_exercise_check_finds_functions_by_name(capsys):
 
 
 def test_a_function_imported_from_the_package_gets_no_points():
-    ns = {"expected_tokens": theory.expected_tokens, "speedup": speedup_ok}
+    ns = {"expected_tokens": sampling.residual_distribution, "speedup": speedup_ok}
     first = grading.grade_namespace("ex02", ns).results[0]
     assert first.status == "failed" and first.points == 0
     assert "imported rather than written" in first.message

@@ -153,7 +153,7 @@ def test_solution_earns_every_point():
     [
         (rollback_keeps_rejected, "kept the rejected draft"),
         (rollback_unchecked, "raise ValueError"),
-        (rollback_zeroes_the_cache, "do not change"),
+        (rollback_zeroes_the_cache, "moves the length only"),
     ],
 )
 def test_wrong_rollback_fails_with_a_diagnosis(wrong, says):

@@ -190,9 +190,9 @@ def test_solution_earns_every_point():
 @pytest.mark.parametrize(
     "wrong, says",
     [
-        (race_forgets_tile_start, "tile's first column"),
+        (race_forgets_tile_start, "within their tile"),
         (race_at_position_zero, "position 0"),
-        (race_over_p, "max(p - q, 0)"),
+        (race_over_p, "residual"),
         (race_padding_wins, "outside [0, V)"),
     ],
 )

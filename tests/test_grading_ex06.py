@@ -151,7 +151,7 @@ def test_solution_earns_every_point():
 @pytest.mark.parametrize(
     "wrong, says",
     [
-        (HeadBiasNotZeroed, "bias"),
+        (HeadBiasNotZeroed, "identity"),
         (HeadSharedWeight, "copy"),
         (HeadNoResidual, "residual"),
         (HeadResidualAfterHead, "residual"),
@@ -168,7 +168,7 @@ def test_wrong_head_fails_with_a_diagnosis(wrong, says):
     [
         (loss_unweighted, "weight 1"),
         (loss_off_by_one, "off by one"),
-        (loss_weights_from_one, "0.8**(k-1)"),
+        (loss_weights_from_one, "power of 0.8"),
     ],
 )
 def test_wrong_loss_fails_with_a_diagnosis(wrong, says):

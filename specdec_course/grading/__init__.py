@@ -6,9 +6,11 @@ Students call :func:`check` in their notebook::
     check("ex01.residual_distribution", residual_distribution)   # one check, one function
     check("ex01", globals())                                      # the whole exercise
 
-It prints which cases passed, the points, and the first failure with expected against got,
-and never raises: an untouched stub (``raise NotImplementedError``) is "not attempted". It
-runs in the notebook's own process, on the visible cases.
+It prints which cases passed, the points, and the first failure with expected against got
+and what the difference probably means, and never raises: an untouched stub (``raise
+NotImplementedError``) is "not attempted". Hints are progressive: a failure names what is
+wrong; ``check(..., hint=True)`` adds the fuller hint, which points at the idea and never
+prints a line of the solution. It runs in the notebook's own process, on the visible cases.
 
 Instructors grade a class with ``specdec-course grade SUBMISSIONS... --out grades.csv``
 (:mod:`specdec_course.grading.batch`): each notebook runs in its own sandboxed kernel, and
@@ -24,12 +26,13 @@ imported on first use) and register its checks::
 
     @register("ex03.kv_cache_append", points=3, needs="append_kv",
               title="appending keys and values to the cache",
-              hint="the cache grows along the time axis (dim 2)")
+              hint="which axis of the buffers is time? lesson 03, section 4")
     def _append(append_kv):
         for T in (1, 5):
             got = call(f"T={T}", append_kv, ...)        # student code, called through `call`
             yield Case(f"T={T}", passed=..., expected="...", got="...",
-                       message="what the difference probably means")
+                       message="what the difference probably means",
+                       hint="the fuller hint for this mistake, shown on request")
 
 - ``needs`` names what the check takes from the student's namespace (a tuple for several;
   the check function receives them in that order). The batch grader looks them up by name;
@@ -47,7 +50,10 @@ imported on first use) and register its checks::
   distribution and pass ``false_failure_rate=result.false_failure_rate``; keep each check's
   total under 1e-4 and each check under about 2 seconds.
 - A check earns its points when every case passes; list the edge cases that a wrong
-  implementation gets wrong, each with a ``message`` that names the likely mistake.
+  implementation gets wrong, each with a ``message`` that names the likely mistake. Neither
+  a message nor a hint may hand out the answer: a message says what is wrong (the symptom,
+  the rule it breaks), a hint says where to look; neither quotes the solution's code or its
+  formula (``tests/test_grading_hints.py`` holds every exercise to that).
 - Name the notebooks ``exercises/exNN_topic.ipynb`` and ``solutions/exNN_topic.ipynb`` and
   add ``tests/test_grading_exNN.py`` with the mutation tests (see ``test_grading_checks.py``).
 """

@@ -94,10 +94,11 @@ def register(
 
     ``needs`` names the object(s) the check looks up in a student's namespace (a string for one,
     a tuple for several; the check function receives them in that order). ``points`` is what
-    the check is worth; ``title`` says in a few words what is checked; ``hint`` is shown when
-    it fails. The decorated function yields :class:`Case` objects and calls student code only
-    through :func:`call`. Raises ``ValueError`` for a malformed id, a duplicate id or
-    non-positive points.
+    the check is worth; ``title`` says in a few words what is checked; ``hint`` is the fuller
+    hint a failed report shows when the student asks for it (``check(..., hint=True)``): a
+    nudge towards the idea, never a line of the solution. The decorated function yields
+    :class:`Case` objects and calls student code only through :func:`call`. Raises
+    ``ValueError`` for a malformed id, a duplicate id or non-positive points.
     """
     m = _ID_RE.match(check_id)
     if not m:
@@ -412,15 +413,18 @@ def _from_package(obj: Any) -> bool:
     return isinstance(module, str) and module.split(".")[0] == "specdec_course"
 
 
-def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> None:
+def check(check_id: str, *objs: Any, hint: bool = False, time_limit: float | None = 60.0) -> None:
     """Inline feedback in a notebook: grade and print a short report.
 
     ``check("ex01.residual_distribution", residual_distribution)`` runs one check on your
     function; ``check("ex01", globals())`` runs every check of the exercise on the functions
-    your notebook defines and prints the score table. Never raises: a stub that raises
-    ``NotImplementedError`` is reported as "not attempted" with 0 points, and any other
-    problem is printed. Returns ``None`` (so that a notebook shows the report once); use
-    :func:`run_check` or :func:`grade_namespace` for the result objects.
+    your notebook defines and prints the score table. A failure shows what went wrong (the
+    first failing case, expected against got, and what the difference probably means);
+    ``hint=True`` adds the fuller hint, which points at the idea and never at the code.
+    Never raises: a stub that raises ``NotImplementedError`` is reported as "not attempted"
+    with 0 points, and any other problem is printed. Returns ``None`` (so that a notebook
+    shows the report once); use :func:`run_check` or :func:`grade_namespace` for the result
+    objects.
     """
     try:
         if os.environ.get(BATCH_ENV):
@@ -435,7 +439,7 @@ def check(check_id: str, *objs: Any, time_limit: float | None = 60.0) -> None:
             report: Any = grade_namespace(check_id, objs[0], time_limit=time_limit, quiet=False)
         else:
             report = run_check(check_id, *objs, time_limit=time_limit)
-        print(report.report())
+        print(report.report(hint=bool(hint)))
         print(INLINE_NOTE)
     except Exception as e:  # noqa: BLE001 - inline feedback must never stop a notebook
         print(f"check could not run: {_short(e)}", file=sys.stdout)

@@ -78,25 +78,26 @@ def _residual_cases():
 def _diagnose_residual(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp: torch.Tensor):
     if not torch.isfinite(got).all():
         if torch.equal(p, q):
-            return "NaN or inf when p == q: max(p - q, 0) is all zero there; return p instead"
-        return "NaN or inf in your output: do you divide by something that can be 0?"
+            return "NaN or inf when p == q: there is no residual mass to normalise (0 / 0)"
+        return "NaN or inf in your output: something you divide by can be 0"
     if (got < -1e-12).any():
-        return "negative entries: the residual is max(p - q, 0), clamp at zero before normalising"
+        return "negative entries: where q exceeds p the residual has no mass, and no negative mass"
     s = got.sum().item()
     if abs(s - 1) > 1e-6:
         if abs(s - (p - q).clamp_min(0).sum().item()) < 1e-9:
-            return (
-                f"your output sums to {s:.4g}, not 1: you forgot to normalise (divide by its sum)"
-            )
-        return f"your output sums to {s:.4g}, not 1: normalise it"
+            return f"your output sums to {s:.4g}, not 1: you forgot to normalise"
+        return f"your output sums to {s:.4g}, not 1: it is not a distribution"
     if torch.allclose(got, p, atol=1e-9) and not torch.allclose(exp, p, atol=1e-9):
-        return "you returned p: the residual is norm(max(p - q, 0))"
+        return "you returned p, which is the answer only when p == q"
     if torch.allclose(got, q, atol=1e-9):
-        return "you returned q: the residual is norm(max(p - q, 0))"
+        return "you returned q: the residual is built from both p and q"
     back = (q - p).clamp_min(0)
     if back.sum() > 0 and torch.allclose(got, back / back.sum(), atol=1e-9):
-        return "you computed max(q - p, 0): it is the target's excess, max(p - q, 0)"
-    return "wrong values: the residual is max(p - q, 0) divided by its sum"
+        return (
+            "you normalised the draft's excess over the target; the residual is the target's "
+            "excess over the draft, max(p - q, 0)"
+        )
+    return "wrong values, though they form a distribution of the right length"
 
 
 def _compare_residual(name, fn, p, q) -> Case:
@@ -109,7 +110,7 @@ def _compare_residual(name, fn, p, q) -> Case:
             False,
             "p and q unchanged",
             "your function modified its inputs",
-            "do not change p or q in place (p -= q, clamp_): work on a new tensor",
+            "your function changed p or q in place; the caller still needs them",
         )
     got = as_vector(raw)
     if got is None:
@@ -138,7 +139,9 @@ def _compare_residual(name, fn, p, q) -> Case:
     points=3,
     needs="residual_distribution",
     title="the residual norm(max(p - q, 0))",
-    hint="r = (p - q).clamp(min=0); return r / r.sum(), and p itself when r.sum() == 0",
+    hint="the residual is the part of p that q does not cover, scaled to sum to 1 (lesson 01, "
+    "section 2, draws it); the edge cases decide most failures: zeros in p or q, and p == q, "
+    "where nothing is left to scale",
 )
 def check_residual_distribution(fn) -> Iterator[Case]:
     fixed, rand = _residual_cases()
@@ -199,27 +202,27 @@ def _diagnose_sampler(p, q, tokens, accepted) -> str:
     sd = math.sqrt(max(alpha * (1 - alpha), 1e-12) / n)
     if accepted.all() and alpha < 1:
         return (
-            "every draft was reported accepted; a draft x is accepted with probability "
-            "min(1, p(x)/q(x)), and the flag must say whether it was"
+            "every draft was reported accepted, but a draft x is accepted only with "
+            "probability min(1, p(x)/q(x)): the flag must say whether this one was"
         )
     overlap = int((torch.minimum(p, q) > 0).sum())
     if accepted.any() and overlap > 1 and tokens[accepted].unique().numel() == 1:
         return (
-            "every accepted draft is the same token: draw the draft from q "
-            "(torch.multinomial(q, 1)), not argmax(q)"
+            "every accepted draft is the same token: the draft is q's argmax, not a sample from q"
         )
     if abs(acc_rate - alpha) > 6 * sd + 1e-9:
         return (
             f"drafts were accepted {acc_rate:.4f} of the time, expected "
-            f"sum(min(p, q)) = {alpha:.4f}: accept x ~ q when u <= p(x)/q(x), u ~ U(0, 1)"
+            f"sum(min(p, q)) = {alpha:.4f}: the accept test does not pass with probability "
+            "min(1, p(x)/q(x))"
         )
     if accepted.any():
         law = torch.minimum(p, q) / max(alpha, 1e-300)
         r = chi_square_test(_counts(tokens[accepted], V), law)
         if not r.passed:
             return (
-                "the accepted tokens do not follow min(p, q): draw the draft token from q "
-                "(torch.multinomial), not argmax(q)"
+                "the accepted tokens do not follow min(p, q): the draft token is not a sample "
+                "from q (an argmax?)"
             )
     if (~accepted).any():
         r = chi_square_test(_counts(tokens[~accepted], V), sampling.residual_distribution(p, q))
@@ -236,8 +239,9 @@ def _diagnose_sampler(p, q, tokens, accepted) -> str:
     points=4,
     needs="speculative_sample",
     title="one speculative step: draft, accept or reject, resample",
-    hint="x ~ q; accept if u <= p[x] / q[x] with u ~ U(0, 1); else sample from "
-    "residual_distribution(p, q); return (int, bool)",
+    hint="three random draws, in this order: the draft from q, a uniform for the accept test, "
+    "and after a rejection a token from your residual; lesson 01, section 1, gives the accept "
+    "rule. Pass the generator to every draw",
 )
 def check_speculative_sample(fn) -> Iterator[Case]:
     p, q = _t(P5), _t(Q5)
@@ -358,9 +362,9 @@ def _diagnose_p_value(counts, probs, got: float, exp: float) -> str:
     stat = float((((counts[keep] - n * probs[keep]) ** 2) / (n * probs[keep])).sum())
     df = int(keep.sum()) - 1
     if math.isnan(got):
-        return "NaN: drop the outcomes whose probability is 0 (they add 0/0 to the statistic)"
+        return "NaN: an outcome whose probability is 0 adds 0/0 to the statistic"
     if abs(got - stat) <= 1e-6 * max(1.0, stat):
-        return "you returned the statistic; return the p-value, scipy.stats.chi2.sf(stat, df)"
+        return "you returned the statistic itself, not its p-value"
     if got >= 0.99 and exp < 0.05:
         return (
             "your function accepts samples that are clearly not from p; a check that "
@@ -370,15 +374,12 @@ def _diagnose_p_value(counts, probs, got: float, exp: float) -> str:
         return "your function rejects samples that do follow p (a p-value that is too small)"
     for wrong_df, what in ((df + 1, "the number of outcomes"), (df - 1, "outcomes - 2")):
         if wrong_df > 0 and abs(got - float(sps.chi2.sf(stat, wrong_df))) <= 1e-9 + 1e-6 * exp:
-            return (
-                f"degrees of freedom off by one: you used {what}; df = (outcomes with "
-                "probability > 0) - 1"
-            )
+            return f"degrees of freedom off by one: you used {what}"
     if abs(got - (1 - exp)) <= 1e-6:
-        return "you returned 1 - p-value: the p-value is the upper tail, chi2.sf(stat, df)"
+        return "you returned 1 - p-value: the p-value is the upper tail of the chi-square law"
     return (
-        "wrong p-value: statistic = sum((observed - n p)^2 / (n p)) over outcomes with p > 0, "
-        "p-value = scipy.stats.chi2.sf(statistic, df)"
+        "wrong p-value, and not by a known slip (the statistic itself, 1 - p-value, or "
+        "degrees of freedom off by one)"
     )
 
 
@@ -387,8 +388,9 @@ def _diagnose_p_value(counts, probs, got: float, exp: float) -> str:
     points=3,
     needs="chi_square_p_value",
     title="Pearson's chi-square p-value",
-    hint="keep = probs > 0; expected = counts.sum() * probs[keep]; "
-    "stat = ((counts[keep] - expected)**2 / expected).sum(); chi2.sf(stat, keep.sum() - 1)",
+    hint="work the case [480, 520] against [0.5, 0.5] by hand: its statistic is 1.6 on one "
+    "degree of freedom. Only outcomes with probability > 0 count, in the statistic and in the "
+    "degrees of freedom; the p-value is the chance of a statistic at least this large",
 )
 def check_chi_square_p_value(fn) -> Iterator[Case]:
     for name, c, pr in _p_value_cases():

@@ -99,7 +99,7 @@ def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
             False,
             "(y, new_length)",
             fmt(out),
-            "return a pair: the attention output and length + T_new",
+            "the function must return a pair: the attention output and the new length",
         )
     y, new_len = out
     y = as_vector(y)
@@ -109,7 +109,7 @@ def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
             False,
             f"new length {length + T_new}",
             fmt(new_len),
-            "the cache grows by the number of new tokens: length + T_new",
+            "the new length is not the old one grown by the new tokens",
         )
     shape = (ref.B, CFG.n_head, T_new, CFG.head_dim)
     if y is None or tuple(y.shape) != shape:
@@ -131,21 +131,20 @@ def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
             False,
             "K, V hold the keys/values of every position so far",
             "buffers differ from the package's KVCache",
-            "write k and v into K[:, :, length:length + T_new] in place (no new "
-            "tensor: the caller keeps the buffers)",
+            "the buffers K, V do not hold the new keys and values at the new positions "
+            "(in place: the caller keeps the buffers)",
         )
     got = ref.finish(y)
     diff = (got - expected).abs().max().item()
     if diff > LOGIT_ATOL:
         msg = (
-            "a single new token sees every cached position: use no mask, or a causal mask "
-            "offset by length (is_causal=True aligns it to position 0); scale the scores "
-            "by 1/sqrt(head_dim)"
+            "a single new token sees every cached position: does a mask hide some of "
+            "them, or are the scores scaled wrong?"
         )
         if T_new > 1:
             msg = (
-                "with several new tokens, token i may see positions 0 .. length + i only: "
-                "the causal mask is offset by length"
+                "with several new tokens, token i may see positions 0 .. length + i only "
+                "(is the mask aligned to the cache's positions?)"
             )
         return None, Case(
             label,
@@ -162,8 +161,8 @@ def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
     points=4,
     needs="cached_attention",
     title="one step of cached attention",
-    hint="K[:, :, length:end] = k; scores = q @ K[:, :, :end].transpose(-2, -1) / "
-    "sqrt(hs); mask key j > length + i; softmax; @ V[:, :, :end]",
+    hint="work out, for new token i, which cached positions it may see; lesson 03, "
+    "section 4, draws the scores of a cached step. Where in the buffers do the new keys go?",
 )
 def check_cached_attention(fn) -> Iterator[Case]:
     for seed, (name, sizes) in enumerate(SCHEDULES.items()):
@@ -182,8 +181,8 @@ def check_cached_attention(fn) -> Iterator[Case]:
     points=2,
     needs=("cached_attention", "crop"),
     title="rolling the cache back with crop",
-    hint="crop only returns the new length (after checking 0 <= n <= length): the next "
-    "step overwrites what lies beyond it",
+    hint="what happens to the positions past the new length at the next step? Which "
+    "lengths can a cache of `length` positions be cropped to?",
 )
 def check_crop(attend, crop) -> Iterator[Case]:
     for n in (0, 3, 7, 8):
@@ -202,7 +201,7 @@ def check_crop(attend, crop) -> Iterator[Case]:
                 False,
                 str(n),
                 fmt(got),
-                "return the new length n",
+                "crop must return the new length",
             )
             continue
         if ref.K.data_ptr() != ptr or not torch.equal(ref.K, K_before):
@@ -211,7 +210,7 @@ def check_crop(attend, crop) -> Iterator[Case]:
                 False,
                 "K unchanged",
                 "K changed",
-                "rollback moves the length only: no copy, no zeroing",
+                "the buffers changed: a rollback moves the length only",
             )
             continue
         ref.cache.crop(n)  # the package's rollback
@@ -229,7 +228,7 @@ def check_crop(attend, crop) -> Iterator[Case]:
                 False,
                 "ValueError",
                 type(e).__name__,
-                "raise ValueError for n outside 0 .. length",
+                "the wrong kind of error for a length the cache cannot hold",
             )
         else:
             yield Case(
@@ -237,7 +236,7 @@ def check_crop(attend, crop) -> Iterator[Case]:
                 False,
                 "ValueError",
                 "no error",
-                "a cache cannot hold fewer than 0 or more than length positions: raise ValueError",
+                "a length the cache cannot hold must raise ValueError",
             )
 
 
@@ -256,8 +255,8 @@ def _tiny(seed: int) -> CharGPT:
     points=4,
     needs="measure_alpha",
     title="acceptance rate between two models",
-    hint="p = softmax(target(x) / T), q = softmax(draft(x) / T); "
-    "alpha = minimum(p, q).sum(-1).mean(); at T = 0 compare argmaxes",
+    hint="lesson 01 defines alpha for one position from the two distributions; here it is "
+    "averaged over every position. What is a distribution at temperature 0?",
 )
 def check_measure_alpha(fn) -> Iterator[Case]:
     a, b = _tiny(1), _tiny(2)
@@ -281,13 +280,13 @@ def check_measure_alpha(fn) -> Iterator[Case]:
         msg = ""
         if not ok:
             if got is None or got != got:
-                msg = "return a float; at T = 0 use argmax (dividing by 0 gives NaN)"
+                msg = "not a number (at T = 0, did you divide by the temperature?)"
             elif temp != 1.0 and abs(got - _alpha(t, d, x, 1.0)) <= ATOL:
-                msg = "apply the temperature: softmax(logits / T)"
+                msg = "the temperature was not applied"
             elif abs(got - (1 - exp)) <= ATOL:
-                msg = "that is the TV distance; alpha = sum(min(p, q)) = 1 - TV"
+                msg = "that is the total variation distance, 1 - alpha"
             else:
-                msg = "average sum(min(p, q)) over every position of every window"
+                msg = "wrong value: alpha is averaged over every position of every window"
         yield Case(name, ok, f"{exp:.6g}", fmt(got), msg)
     try:
         target, draft = load_pretrained("target"), load_pretrained("draft")

@@ -107,9 +107,9 @@ def _step(info: dict, key: str):
     points=3,
     needs="MedusaHead",
     title="a Medusa head: ResBlock, then a copy of lm_head",
-    hint="self.linear = nn.Linear(C, C) with weight and bias zeroed; self.lm_head = "
-    "nn.Linear(C, V, bias=False) with weight.copy_(lm_head_weight); forward: "
-    "self.lm_head(h + F.silu(self.linear(h)))",
+    hint="lesson 06, section 2, draws the head: one residual block that starts as the "
+    "identity, then the target's output layer, copied. Ask what SiLU(0) is, and what a "
+    "head that shares the target's weight does to the target when it trains",
 )
 def check_medusa_head(cls) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(0))
@@ -137,7 +137,7 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 False,
                 "attributes linear and lm_head (nn.Linear)",
                 f"linear={lin}, lm_head={lm}",
-                "name the layers self.linear (C -> C) and self.lm_head (C -> V)",
+                "the layers are not named as the notebook asks (linear, lm_head)",
             )
             return
         if tuple(shapes) != ((C, C), True, (V, C), True):
@@ -158,8 +158,8 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 False,
                 fmt(base[0, 0]),
                 fmt(None if fresh is None else fresh.flatten()[:V]),
-                "zero the residual block's weight AND bias (SiLU(0) = 0, so the block "
-                "is the identity) and copy lm_head_weight into lm_head",
+                "a fresh head is not the base head: its residual block is not the "
+                "identity, or lm_head does not start from lm_head_weight",
             )
             return
         yield Case(f"{name}: a fresh head equals the base head", True)
@@ -169,8 +169,7 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 False,
                 "a copy",
                 "the same tensor as the target's lm_head",
-                "copy the weight (weight.copy_(w) under no_grad, or nn.Parameter("
-                "w.clone())): training a head must not change the target",
+                "lm_head shares the target's tensor: training a head would change the target",
             )
             return
         weights = _step(info, "weights")
@@ -185,8 +184,8 @@ def check_medusa_head(cls) -> Iterator[Case]:
             fmt(None if got is None else got.flatten()[:V]),
             ""
             if ok
-            else "forward is lm_head(h + SiLU(linear(h))): the residual adds h "
-            "back after the SiLU, and lm_head reads the sum",
+            else "forward differs once the weights are not zero: check where the "
+            "residual adds h back and what lm_head reads",
         )
 
 
@@ -224,19 +223,19 @@ def _diagnose_loss(logits, ids, got: float) -> str:
         return abs(got - x) <= 1e-5 * max(1.0, abs(x))
 
     if close(sum(ce)):
-        return "every head has weight 1: weight head k's cross-entropy by 0.8**k"
+        return "every head has weight 1: the heads' cross-entropies are not weighted"
     if close(sum(0.8 ** (k - 1) * c for k, c in enumerate(ce, 1))):
-        return "weights 0.8**(k-1): head 1 (k = 1) has weight 0.8, head k weight 0.8**k"
+        return "the weights are one power of 0.8 off: head 1 (k = 1) has weight 0.8"
     if close(sum(ce) / K) or close(sum(0.8**k * c for k, c in enumerate(ce, 1)) / K):
-        return "sum the weighted cross-entropies over heads; do not average them"
+        return "you averaged over the heads: the loss is a weighted sum"
     if close(_shifted_loss(logits, ids, 0)):
         return (
-            "off by one: head k at position t predicts ids[t + 1 + k] (the base head "
-            "predicts t + 1, head 1 predicts t + 2)"
+            "off by one: each head's labels are shifted one position too little (the "
+            "base head predicts t + 1, head 1 the token after)"
         )
     if close(_shifted_loss(logits, ids, 2)):
-        return "shifted one too far: head k at position t predicts ids[t + 1 + k]"
-    return "CE_k is the mean over the positions t < T - 1 - k of -log softmax(logits)[label]"
+        return "shifted one too far: each head's labels are one position too late"
+    return "wrong loss, and not by a known slip (weights, averaging, a shift by one)"
 
 
 @register(
@@ -244,8 +243,8 @@ def _diagnose_loss(logits, ids, got: float) -> str:
     points=3,
     needs="medusa_loss",
     title="the weighted multi-head loss",
-    hint="for k in 1..K: F.cross_entropy(head_logits[k-1, :, :T-1-k].reshape(-1, V), "
-    "ids[:, 1+k:].reshape(-1)) * 0.8**k, summed",
+    hint="for one head, write down which token is its label at position t, and which "
+    "positions have a label inside the window; lesson 06, section 3, gives the weights",
 )
 def check_medusa_loss(fn) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(6))
@@ -321,15 +320,15 @@ def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
                 if p[:d] in unsorted:
                     alt[i, unsorted.index(p[:d])] = True
         if torch.equal(got, alt):
-            return "sort the paths by (len(path), path) first: node i is the i-th sorted path"
+            return "the nodes are not in the mask's order: sort the paths as the notebook says"
     if torch.equal(got, exp.tril()) or torch.equal(got, torch.ones_like(exp).tril()):
         return (
             "a causal (lower-triangular) mask lets siblings see each other; a node sees "
             "only its ancestors"
         )
     return (
-        "mask[i, j] is True exactly when path j is a prefix of path i (the root's path () "
-        "is a prefix of every path)"
+        "wrong mask: a node attends to itself and its ancestors only (the root is an "
+        "ancestor of every node)"
     )
 
 
@@ -338,8 +337,8 @@ def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
     points=4,
     needs="tree_attention_mask",
     title="the tree attention mask",
-    hint="nodes = [()] + sorted(paths, key=lambda p: (len(p), p)); mask[i, j] = "
-    "nodes[i][:len(nodes[j])] == nodes[j]",
+    hint="draw the tree of section 4: for one node, list the nodes on its path to the "
+    "root; how do you tell from two paths whether one node is an ancestor of the other?",
 )
 def check_tree_attention_mask(fn) -> Iterator[Case]:
     trees = dict(TREES)

@@ -1,6 +1,11 @@
 """What a check yields and returns: ``Case``, ``CheckResult``, ``ExerciseReport``, statuses.
 
 Plain data with their printed reports; nothing here runs student code.
+
+Feedback is progressive. A report names what is wrong (the first failing case, expected
+against got, and its diagnosis); the fuller hint, a nudge towards the idea and never a line
+of the solution, is printed only when asked for (``report(hint=True)``: the student's
+``check(..., hint=True)``, and the instructor's JUnit XML).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from typing import Any
 
 from ..stats import format_rate
 
-__all__ = ["STATUSES", "Case", "CheckResult", "ExerciseReport"]
+__all__ = ["HINT_OFFER", "STATUSES", "Case", "CheckResult", "ExerciseReport"]
 
 # Every status a check result can have, in the CSV and the reports.
 STATUSES = (
@@ -30,9 +35,10 @@ STATUSES = (
 class Case:
     """One verified input: its name, whether it passed and, if not, what was expected and got.
 
-    ``message`` says what the difference probably means ("your output sums to 0.4: did you
-    normalise?"); ``false_failure_rate`` is set by statistical cases (the chance that a
-    correct function fails this case by bad luck).
+    ``message`` is the diagnosis: what the difference probably means ("your output sums to
+    0.4, not 1"), said without the fix's code; ``hint`` is the fuller, case-specific hint shown
+    only on request (empty: the check's own hint serves); ``false_failure_rate`` is set by
+    statistical cases (the chance that a correct function fails this case by bad luck).
     """
 
     name: str
@@ -41,6 +47,11 @@ class Case:
     got: str = ""
     message: str = ""
     false_failure_rate: float = 0.0
+    hint: str = ""
+
+
+# What a failed report says when its hint was not asked for.
+HINT_OFFER = "(for a hint, run this check again with hint=True)"
 
 
 @dataclass
@@ -71,7 +82,17 @@ class CheckResult:
         d["cases"] = [Case(**c) for c in d.get("cases", [])]
         return cls(**d)
 
-    def report(self) -> str:
+    @property
+    def full_hint(self) -> str:
+        """The hint for the first failing case: its own, else the check's ("" if passed)."""
+        if self.status not in ("failed", "error", "timeout"):
+            return ""
+        first = next((c for c in self.cases if not c.passed), None)
+        return (first.hint if first is not None and first.hint else "") or self.hint
+
+    def report(self, hint: bool = False) -> str:
+        """The printed report: cases, points, the first failure and its diagnosis; the fuller
+        hint only with ``hint=True`` (else one line that says how to ask for it)."""
         mark = {"passed": "PASSED", "not attempted": "NOT ATTEMPTED"}.get(
             self.status, self.status.upper()
         )
@@ -88,8 +109,9 @@ class CheckResult:
                 lines.append(f"    got:      {first.got}")
         if self.status != "passed" and self.message:
             lines.append(f"  {self.message}")
-        if self.status in ("failed", "error", "timeout") and self.hint:
-            lines.append(f"  hint: {self.hint}")
+        more = self.full_hint
+        if more:
+            lines.append(f"  hint: {more}" if hint else f"  {HINT_OFFER}")
         if self.status == "passed" and self.false_failure_rate > 0:
             lines.append(
                 f"  (statistical cases: a correct function fails them by chance with "
@@ -118,13 +140,21 @@ class ExerciseReport:
     def max_points(self) -> float:
         return sum(r.max_points for r in self.results)
 
-    def report(self) -> str:
+    def report(self, hint: bool = False) -> str:
+        """The score table; with ``hint=True`` each check that lost points adds its
+        diagnosis and hint below the table."""
         width = max([len(r.id) for r in self.results] + [5])
         lines = [f"{self.exercise}: {_pts(self.points)}/{_pts(self.max_points)} points"]
         for r in self.results:
             lines.append(
                 f"  {r.id:<{width}}  {_pts(r.points):>4}/{_pts(r.max_points):<4} {r.status}"
             )
+        hinted = [r for r in self.results if r.full_hint]
+        if hinted and not hint:
+            lines.append(HINT_OFFER)
+        for r in hinted if hint else ():
+            lines.append(f"{r.id}: {r.message}" if r.message else f"{r.id}:")
+            lines.append(f"  hint: {r.full_hint}")
         return "\n".join(lines)
 
     __str__ = report

@@ -23,28 +23,22 @@ from ._common import _as_ids, _fed, _models, _text, _tokens, _verifier_row
 def _diagnose_ids(ids, expected, got, a, k) -> str:
     n = ids.numel()
     if (got < 0).any():
-        return (
-            "your ids contain -1: those are the verifier's placeholders; keep only "
-            "token_ids[0, :num_accepted + 1]"
-        )
+        return "your ids contain -1: those are the verifier's placeholders, not tokens"
     if got.numel() == n + a and torch.equal(got, expected[: n + a]):
         if a == k:
             return (
                 "you dropped the bonus token: when all k drafts are accepted the verifier adds "
-                "one more token, drawn from the target's last row; keep token_ids[0, :k + 1]"
+                "one more token, drawn from the target's last row"
             )
         return (
             "you dropped the recovered token: after the accepted drafts the verifier emits one "
-            "new token in their place; keep token_ids[0, :num_accepted + 1]"
+            "new token of its own"
         )
     if got.numel() == n + a + 1 and torch.equal(got[: n + a], expected[: n + a]):
-        return (
-            "the last token is not the verifier's: append the token it emitted "
-            "(token_ids[0, num_accepted]), not the rejected draft"
-        )
+        return "the last token is not the one the verifier emitted (the rejected draft?)"
     if got.numel() == a + 1:
-        return "return every committed token: the old ids followed by the new ones"
-    return "new ids = torch.cat([ids, token_ids[0, :num_accepted + 1]])"
+        return "only the new tokens came back: return every committed token, old and new"
+    return "the new ids are not the old ids followed by the verifier's accepted and new tokens"
 
 
 def _diagnose_target(got: int, n: int, a: int, k: int) -> str:
@@ -52,17 +46,13 @@ def _diagnose_target(got: int, n: int, a: int, k: int) -> str:
     if got == new:
         return (
             f"you kept the rejected draft: the target cache holds {got} positions, the last of "
-            f"them draft {a + 1}, which was rejected; the new token is pending (fed with the "
-            "next drafts), so crop the target cache to len(new_ids) - 1"
+            f"them draft {a + 1}, which was rejected"
         )
     if got == n + k:
-        return "the target cache was not rolled back: crop it to len(new_ids) - 1"
+        return "the target cache was not rolled back"
     if got == new - 2:
-        return (
-            "one position too few: the target cache keeps every committed token but the last "
-            "(pending) one, len(new_ids) - 1"
-        )
-    return "the target cache must hold every committed token but the last: len(new_ids) - 1"
+        return "one position too few: a committed token is missing from the target cache"
+    return "the target cache does not hold what the conventions say (see the notebook's top)"
 
 
 def _diagnose_draft(got: int, want: int, n: int, a: int, k: int) -> str:
@@ -70,24 +60,19 @@ def _diagnose_draft(got: int, want: int, n: int, a: int, k: int) -> str:
     if a == k and got == new - 1:
         return (
             "you forgot the draft's catch-up: after full acceptance the draft model never fed "
-            f"its own last draft d_{k}, so its cache holds only len(new_ids) - 2 positions; "
-            "crop it to min(draft_cache.length, len(new_ids) - 1) and let the next step feed "
-            "the two missing tokens. Setting cache.length past what was fed leaves "
-            "garbage in the cache"
+            f"its own last draft d_{k}, so its cache cannot hold it. Setting cache.length past "
+            "what was fed leaves garbage in the cache"
         )
     if a < k - 1 and got == new:
-        return (
-            f"the draft cache still holds the rejected draft d_{a + 1}: crop it to "
-            "min(draft_cache.length, len(new_ids) - 1)"
-        )
+        return f"the draft cache still holds the rejected draft d_{a + 1}"
     if got == n + k - 1 and want != got:
-        return "the draft cache was not rolled back: crop it to min(its length, len(new_ids) - 1)"
+        return "the draft cache was not rolled back"
     if got < want:
         return (
-            "the draft cache was cropped too far: keep every committed token it has already "
-            "fed, min(draft_cache.length, len(new_ids) - 1); what you drop it must feed again"
+            "the draft cache was cropped too far: it dropped committed tokens it had already "
+            "fed, which it would have to feed again"
         )
-    return "crop the draft cache to min(draft_cache.length, len(new_ids) - 1)"
+    return "the draft cache does not hold what the conventions say (see the notebook's top)"
 
 
 def _crop_error(e: StudentError, tc_len: int, dc_len: int, a: int, k: int) -> str | None:
@@ -102,18 +87,17 @@ def _crop_error(e: StudentError, tc_len: int, dc_len: int, a: int, k: int) -> st
         return (
             f"you forgot the draft's catch-up: after full acceptance the draft cache holds "
             f"{dc_len} positions (it never fed its last draft d_{k}), and crop({n_asked}) "
-            "cannot grow it; crop to min(draft_cache.length, len(new_ids) - 1), the next step "
-            "feeds the two missing tokens"
+            "cannot grow it"
         )
     if length == tc_len and n_asked == tc_len + 1:
         return (
-            f"crop({n_asked}) on a target cache of {tc_len} positions: the target cache "
-            "keeps every committed token but the last (pending) one, len(new_ids) - 1"
+            f"crop({n_asked}) on a target cache of {tc_len} positions: the newest committed "
+            "token is pending, not cached"
         )
     return None
 
 
-_CROP_ONLY = "roll back with cache.crop only: do not change the cached keys and values"
+_CROP_ONLY = "the cached keys and values changed: rolling back moves the length only"
 
 
 def _commit_problem(
@@ -164,7 +148,7 @@ def _commit_problem(
         return Case(
             label,
             False,
-            f"target cache length {n_new - 1}" + (" (len(new_ids) - 1)" if spelled_out else ""),
+            f"target cache length {n_new - 1}",
             str(tc.length),
             _diagnose_target(tc.length, n, a, k),
         )
@@ -174,8 +158,7 @@ def _commit_problem(
         return Case(
             label,
             False,
-            f"draft cache length {want_dc}"
-            + (f" (min({fed}, len(new_ids) - 1))" if spelled_out else ""),
+            f"draft cache length {want_dc}",
             str(dc.length),
             _diagnose_draft(dc.length, want_dc, n, a, k),
         )
@@ -236,8 +219,9 @@ _COMMIT_CASES = [(10, 5, 2), (10, 5, 0), (10, 5, 4), (10, 5, 5), (7, 1, 0), (7, 
     points=4,
     needs="commit_tokens",
     title="committing the verifier's tokens and rolling both caches back",
-    hint="a = int(num_accepted[0]); new = torch.cat([ids, token_ids[0, :a + 1]]); "
-    "target_cache.crop(len(new) - 1); draft_cache.crop(min(draft_cache.length, len(new) - 1))",
+    hint="write down, for both outcomes of the table in section 2, which committed tokens "
+    "each cache has fed: the target never holds the pending token, and the draft cannot "
+    "hold a token it never fed. The lengths follow from that",
 )
 def check_commit_tokens(fn) -> Iterator[Case]:
     target, draft = _models()

@@ -30,21 +30,15 @@ def _rollback_case(label, fn, target, prefix, drafts, a) -> Case:
     if got != want:
         if got == want + 1 and a < k:
             msg = (
-                f"you kept the rejected draft (position {a + 1}): the cache must hold the "
-                f"{n}-token prefix and the {a} accepted drafts only, crop(prefix_len + "
-                "num_accepted)"
+                f"you kept the rejected draft (position {a + 1}): only the {n}-token prefix "
+                f"and the {a} accepted drafts stay in the cache"
             )
         elif got == want - 1:
-            msg = (
-                "one position too few: the prefix and every accepted draft stay; "
-                "crop(prefix_len + num_accepted)"
-            )
+            msg = "one position too few: the prefix and every accepted draft stay"
         elif got == n + k and a < k:
-            msg = "the cache was not rolled back: call cache.crop(...)"
+            msg = "the cache was not rolled back"
         else:
-            msg = (
-                "the cache must hold the prefix and the accepted drafts: prefix_len + num_accepted"
-            )
+            msg = "the cache holds neither more nor less than the prefix and the accepted drafts"
         return Case(label, False, f"cache.length {want} ({n} prefix + {a} accepted)", f"{got}", msg)
     if not caches_consistent(target, cache, keep):
         return Case(
@@ -52,7 +46,7 @@ def _rollback_case(label, fn, target, prefix, drafts, a) -> Case:
             False,
             "the first positions unchanged",
             "keys/values differ from a fresh run over the kept tokens",
-            "rollback only moves the length: do not change or move the cached keys and values",
+            "the cached keys and values changed: a rollback moves the length only",
         )
     # The next step sees exactly what a fresh run over the kept tokens would.
     t = torch.tensor([(int(drafts[a]) + 1) % V if a < k else 3])
@@ -66,8 +60,8 @@ def _rollback_case(label, fn, target, prefix, drafts, a) -> Case:
             False,
             "the next step's logits equal a fresh run over the kept tokens + the new one",
             f"largest difference {diff:.2e}",
-            "after rollback, a forward with the cache must continue from position "
-            "prefix_len + num_accepted: keep cache.k / cache.v and only crop the length",
+            "after the rollback the next forward does not continue from the kept tokens: "
+            "were the cached keys and values changed?",
         )
     return Case(f"{label}: cache holds {want} positions, next step equals a fresh run", True)
 
@@ -82,14 +76,15 @@ def _raises_value_error(label, fn, target, prefix, drafts, a) -> Case:
     except NotImplementedError:
         raise
     except Exception as e:  # noqa: BLE001 - the wrong kind of error is a failed case
-        return Case(name, False, "ValueError", type(e).__name__, "raise ValueError")
+        return Case(
+            name, False, "ValueError", type(e).__name__, "the wrong kind of error for bad input"
+        )
     return Case(
         name,
         False,
         "ValueError",
         f"no error (cache.length {cache.length})",
-        "num_accepted must lie in 0 .. the number of drafts in the cache "
-        "(cache.length - prefix_len): raise ValueError otherwise",
+        "a number of accepted drafts that the cache cannot hold must raise ValueError",
     )
 
 
@@ -98,8 +93,9 @@ def _raises_value_error(label, fn, target, prefix, drafts, a) -> Case:
     points=2,
     needs="rollback",
     title="rolling the target cache back to prefix + accepted drafts",
-    hint="check 0 <= num_accepted <= cache.length - prefix_len, then "
-    "cache.crop(prefix_len + num_accepted)",
+    hint="draw the scene of section 1: which positions of the cache hold the prefix, which "
+    "the accepted drafts, which the rejected one and those after it? A crop keeps the "
+    "first positions only; how many drafts can the cache hold at most?",
 )
 def check_rollback(fn) -> Iterator[Case]:
     target, _ = _models()

@@ -61,8 +61,7 @@ class _ForcedVerify:
             self._fail(
                 f"draft_ids of shape [1, k] = [1, {k}], ids in [0, {V})",
                 fmt(draft_ids),
-                "pass verify the k drafts as a [1, k] int64 tensor (batch of one row), "
-                "as rejection_sample takes them",
+                "verify takes the drafts as rejection_sample does, for a batch of one row",
             )
             d = torch.zeros(k, dtype=torch.long)
         ctx = torch.cat([self.ids, d])
@@ -114,7 +113,7 @@ class _ForcedVerify:
             q_ref,
             "q",
             self.k,
-            "pass verify the draft's k distributions stacked as [1, k, V]",
+            "verify takes the draft's k distributions as rejection_sample does, batch of one",
             "the draft's",
         )
         if j is None:
@@ -123,9 +122,8 @@ class _ForcedVerify:
             m = self.draft_len_before
             msg = (
                 f"q_1 is not the draft model's distribution after the {self.ids.numel()} "
-                f"committed tokens. The draft cache held {m} of them: its first call "
-                f"must feed ids[draft_cache.length:], the {self.ids.numel() - m} missing "
-                "token(s)"
+                f"committed tokens. The draft cache held {m} of them: its first call must "
+                f"feed the {self.ids.numel() - m} it lacks"
             )
             if self.ids.numel() - m == 2:
                 msg += (
@@ -136,7 +134,7 @@ class _ForcedVerify:
             before = "d_1" if j == 1 else f"d_1 .. d_{j}"
             msg = (
                 f"q_{j + 1} is not the draft's distribution after the committed tokens "
-                f"and {before}: feed each draft to the draft model before drafting the next"
+                f"and {before}: was each draft fed to the draft model before the next?"
             )
         self._fail(f"q_{j + 1} = {fmt(q_ref[j])}", f"{fmt(q[0, j].detach())}", msg)
 
@@ -146,8 +144,8 @@ class _ForcedVerify:
             p_ref,
             "p",
             self.k + 1,
-            "the target scores the pending token and the k drafts in one call: its k + 1 "
-            "distributions, stacked as [1, k + 1, V]",
+            "the target scores the pending token and the k drafts in one call, and verify "
+            "takes all of its distributions",
             "the target's",
         )
         if j is None:
@@ -155,9 +153,8 @@ class _ForcedVerify:
         self._fail(
             f"p_{j + 1} = {fmt(p_ref[j])}",
             fmt(p[0, j].detach()),
-            "p_1 .. p_{k+1} are the target's distributions after the pending token "
-            "ids[-1] and after each draft: feed torch.cat([ids[-1:], drafts]) to the "
-            "target with its cache (which holds every committed token but the last)",
+            "p_1 .. p_{k+1} are not the target's distributions after the pending token and "
+            "after each draft (what did the target call feed, and from which cache state?)",
         )
 
 
@@ -243,8 +240,8 @@ def _step_case(fn, target, draft, ids, tc, dc, k, a, seed, i) -> tuple[Case, tor
             False,
             f"{k} draft calls",
             f"{d_calls} calls",
-            "the catch-up rides along with the first draft call: feed "
-            "ids[draft_cache.length:] in it, then one draft per call",
+            "the catch-up rides along with the first draft call; there is one call per "
+            "draft, no more",
         ), ids
     return Case(label, True), expected
 
@@ -266,9 +263,9 @@ def _greedy_verify(draft_ids, q, p):
     points=4,
     needs="speculative_step",
     title="one full speculative step with both caches",
-    hint="feed = ids[draft_cache.length:]; k draft calls (sample each, feed it next); "
-    "p = softmax(target(cat([ids[-1:], drafts])[None], target_cache)[0]); "
-    "token_ids, num_accepted = verify(drafts[None], q[None], p[None]); then commit_tokens",
+    hint="follow the four steps of section 3 and, before each model call, say what that "
+    "model's cache holds and which tokens it still lacks; lesson 04, section 1 runs the "
+    "same iteration",
 )
 def check_speculative_step(fn) -> Iterator[Case]:
     target, draft = _models()
