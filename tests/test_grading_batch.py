@@ -62,6 +62,8 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
         "ex05_solved": _read("solutions", "ex05_triton_race.ipynb"),
         "ex06_solved": _read("solutions", "ex06_medusa.ipynb"),
         "ex06_untouched": _read("exercises", "ex06_medusa.ipynb"),
+        "ex07_solved": _read("solutions", "ex07_tree_walk.ipynb"),
+        "ex07_untouched": _read("exercises", "ex07_tree_walk.ipynb"),
         "ex01_infinite_loop": _defs_only(sol1, [new_code_cell("while True:\n    pass")]),
         "ex01_ignores_interrupt": _defs_only(
             sol1,
@@ -186,7 +188,8 @@ def test_submissions_are_never_modified(graded):
 
 
 @pytest.mark.parametrize(
-    "name", ["ex01_solved", "ex02_solved", "ex03_solved", "ex05_solved", "ex06_solved"]
+    "name",
+    ["ex01_solved", "ex02_solved", "ex03_solved", "ex05_solved", "ex06_solved", "ex07_solved"],
 )
 def test_solution_notebooks_get_full_marks(graded, name):
     rows = graded["rows"][name]
@@ -194,7 +197,9 @@ def test_solution_notebooks_get_full_marks(graded, name):
     assert all(r["status"] == "passed" and r["message"] == "" for r in rows)
 
 
-@pytest.mark.parametrize("name", ["ex01_untouched", "ex02_untouched", "ex06_untouched"])
+@pytest.mark.parametrize(
+    "name", ["ex01_untouched", "ex02_untouched", "ex06_untouched", "ex07_untouched"]
+)
 def test_untouched_exercises_get_zero_as_not_attempted(graded, name):
     rows = graded["rows"][name]
     assert _points(rows) == (0, 10)
