@@ -107,7 +107,7 @@ def _step(info: dict, key: str):
     points=3,
     needs="MedusaHead",
     title="a Medusa head: ResBlock, then a copy of lm_head",
-    hint="lesson 06, section 2, draws the head: one residual block that starts as the "
+    hint="lesson 06, section 1, builds the head: one residual block that starts as the "
     "identity, then the target's output layer, copied. Ask what SiLU(0) is, and what a "
     "head that shares the target's weight does to the target when it trains",
 )
@@ -244,7 +244,7 @@ def _diagnose_loss(logits, ids, got: float) -> str:
     needs="medusa_loss",
     title="the weighted multi-head loss",
     hint="for one head, write down which token is its label at position t, and which "
-    "positions have a label inside the window; lesson 06, section 3, gives the weights",
+    "positions have a label inside the window; lesson 06, section 1 (the loss), gives the weights",
 )
 def check_medusa_loss(fn) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(6))
@@ -337,8 +337,8 @@ def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
     points=4,
     needs="tree_attention_mask",
     title="the tree attention mask",
-    hint="draw the tree of section 4: for one node, list the nodes on its path to the "
-    "root; how do you tell from two paths whether one node is an ancestor of the other?",
+    hint="draw a small tree (lesson 06, section 3): for one node, list the nodes on its path "
+    "to the root; how do you tell from two paths whether one node is an ancestor of the other?",
 )
 def check_tree_attention_mask(fn) -> Iterator[Case]:
     trees = dict(TREES)
