@@ -1,4 +1,9 @@
-"""Exercise 03's checks: a correct solution earns every point, each typical mistake loses them."""
+"""Exercise 03's checks: a correct solution earns every point, each typical mistake loses them.
+
+The exercise is lesson 03's cached attention varied: a batch whose rows hold caches of
+different lengths (stale keys past the shorter rows), and their rollback. The mistakes below
+include lesson 03's own single-length cell, which must not pass as is.
+"""
 
 import math
 
@@ -11,21 +16,30 @@ from specdec_course.grading import checks_for, run_check
 # ----------------------------------------------------------------------------- a solution
 
 
-def cached_attention(q, k, v, K, V, length):
-    T_new, hs = q.shape[2], q.shape[3]
-    end = length + T_new
-    K[:, :, length:end] = k
-    V[:, :, length:end] = v
-    att = q @ K[:, :, :end].transpose(-2, -1) / math.sqrt(hs)
-    allowed = torch.arange(end) <= (length + torch.arange(T_new))[:, None]
-    att = att.masked_fill(~allowed, float("-inf")).softmax(-1)
-    return att @ V[:, :, :end], end
+def cached_attention(q, k, v, K, V, lengths):
+    """Cached attention for rows of different cache lengths; returns (y, lengths + T_new)."""
+    B, _, T_new, hs = q.shape
+    for b in range(B):  # each row writes at its own length, in place
+        n = int(lengths[b])
+        K[b, :, n : n + T_new] = k[b]
+        V[b, :, n : n + T_new] = v[b]
+    end = int(lengths.max()) + T_new  # the longest row; shorter rows mask the rest
+    att = q @ K[:, :, :end].transpose(-2, -1) / math.sqrt(hs)  # (B, nh, T_new, end)
+    # Row b's new token i sits at position lengths[b] + i and sees positions 0 .. that.
+    last = lengths[:, None, None] + torch.arange(T_new)[None, :, None]  # (B, T_new, 1)
+    allowed = torch.arange(end)[None, None, :] <= last  # (B, T_new, end)
+    att = att.masked_fill(~allowed[:, None], float("-inf")).softmax(dim=-1)
+    return att @ V[:, :, :end], lengths + T_new
 
 
-def crop(K, V, length, n):
-    if not 0 <= n <= length:
-        raise ValueError("n out of range")
-    return n
+def rollback(K, V, lengths, num_rejected):
+    """Row b forgets its last num_rejected[b] positions; returns the new lengths."""
+    if ((num_rejected < 0) | (num_rejected > lengths)).any():
+        raise ValueError(
+            f"each row can forget 0 .. its length; got lengths {lengths.tolist()}, "
+            f"num_rejected {num_rejected.tolist()}"
+        )
+    return lengths - num_rejected  # nothing to clear: the next step overwrites them
 
 
 def measure_alpha(target, draft, x, temperature):
@@ -40,45 +54,81 @@ def measure_alpha(target, draft, x, temperature):
 # ----------------------------------------------------------------------------- mistakes
 
 
-def attention_unshifted_mask(q, k, v, K, V, length):
-    # is_causal on a T_new x end score matrix aligns the mask top-left: wrong with a cache.
-    end = length + q.shape[2]
-    K[:, :, length:end] = k
-    V[:, :, length:end] = v
-    return F.scaled_dot_product_attention(q, K[:, :, :end], V[:, :, :end], is_causal=True), end
+def attention_one_length(q, k, v, K, V, lengths):
+    # Lesson 03's cell, with the longest row's length for every row: the shorter rows write
+    # at the wrong place and see stale keys.
+    n = int(lengths.max())
+    T_new, hs = q.shape[2], q.shape[3]
+    end = n + T_new
+    K[:, :, n:end] = k
+    V[:, :, n:end] = v
+    att = q @ K[:, :, :end].transpose(-2, -1) / math.sqrt(hs)
+    allowed = torch.arange(end) <= (n + torch.arange(T_new))[:, None]
+    return att.masked_fill(~allowed, float("-inf")).softmax(-1) @ V[:, :, :end], lengths + T_new
 
 
-def attention_new_tensors(q, k, v, K, V, length):
-    # Concatenates instead of writing into the buffers: the caller's cache stays empty.
-    Kc = torch.cat([K[:, :, :length], k], dim=2)
-    Vc = torch.cat([V[:, :, :length], v], dim=2)
-    end = Kc.shape[2]
-    allowed = torch.arange(end) <= (length + torch.arange(q.shape[2]))[:, None]
-    return F.scaled_dot_product_attention(q, Kc, Vc, attn_mask=allowed), end
+def attention_shared_mask(q, k, v, K, V, lengths):
+    # Writes each row at its own length, but masks by the longest row: stale keys leak in.
+    B, _, T_new, hs = q.shape
+    for b in range(B):
+        n = int(lengths[b])
+        K[b, :, n : n + T_new] = k[b]
+        V[b, :, n : n + T_new] = v[b]
+    n = int(lengths.max())
+    end = n + T_new
+    att = q @ K[:, :, :end].transpose(-2, -1) / math.sqrt(hs)
+    allowed = torch.arange(end) <= (n + torch.arange(T_new))[:, None]
+    return att.masked_fill(~allowed, float("-inf")).softmax(-1) @ V[:, :, :end], lengths + T_new
 
 
-def attention_no_scale(q, k, v, K, V, length):
-    end = length + q.shape[2]
-    K[:, :, length:end] = k
-    V[:, :, length:end] = v
-    att = q @ K[:, :, :end].transpose(-2, -1)
-    allowed = torch.arange(end) <= (length + torch.arange(q.shape[2]))[:, None]
-    return att.masked_fill(~allowed, float("-inf")).softmax(-1) @ V[:, :, :end], end
+def attention_unshifted_mask(q, k, v, K, V, lengths):
+    # is_causal aligns the mask top-left: wrong with a cache.
+    B, _, T_new, _ = q.shape
+    for b in range(B):
+        n = int(lengths[b])
+        K[b, :, n : n + T_new] = k[b]
+        V[b, :, n : n + T_new] = v[b]
+    end = int(lengths.max()) + T_new
+    y = F.scaled_dot_product_attention(q, K[:, :, :end], V[:, :, :end], is_causal=True)
+    return y, lengths + T_new
 
 
-def attention_wrong_length(q, k, v, K, V, length):
-    y, end = cached_attention(q, k, v, K, V, length)
-    return y, end - 1
+def attention_no_scale(q, k, v, K, V, lengths):
+    y, new = cached_attention(q * math.sqrt(q.shape[-1]), k, v, K, V, lengths)
+    return y, new
 
 
-def crop_zeroing(K, V, length, n):
-    K[:, :, n:] = 0
-    V[:, :, n:] = 0
-    return n
+def attention_wrong_length(q, k, v, K, V, lengths):
+    y, new = cached_attention(q, k, v, K, V, lengths)
+    return y, new - 1
 
 
-def crop_unchecked(K, V, length, n):
-    return n
+def rollback_identity(K, V, lengths, num_rejected):
+    return lengths
+
+
+def rollback_unchecked(K, V, lengths, num_rejected):
+    return lengths - num_rejected
+
+
+def rollback_zeroing(K, V, lengths, num_rejected):
+    new = rollback(K, V, lengths, num_rejected)
+    for b in range(len(new)):
+        K[b, :, int(new[b]) :] = 0
+        V[b, :, int(new[b]) :] = 0
+    return new
+
+
+def rollback_one_for_all(K, V, lengths, num_rejected):
+    return rollback(
+        K, V, lengths, num_rejected.max().expand_as(num_rejected).clamp(max=lengths.min())
+    )
+
+
+def rollback_in_place(K, V, lengths, num_rejected):
+    new = rollback(K, V, lengths, num_rejected)
+    lengths -= num_rejected
+    return new
 
 
 def alpha_is_tv(target, draft, x, temperature):
@@ -98,14 +148,14 @@ def stub(*args):
 
 def test_exercise_03_has_three_checks_worth_ten_points():
     specs = checks_for("ex03")
-    assert [s.id for s in specs] == ["ex03.cached_attention", "ex03.crop", "ex03.measure_alpha"]
+    assert [s.id for s in specs] == ["ex03.cached_attention", "ex03.rollback", "ex03.measure_alpha"]
     assert sum(s.points for s in specs) == 10
 
 
 def test_solution_earns_every_point():
     for r in (
         run_check("ex03.cached_attention", cached_attention),
-        run_check("ex03.crop", cached_attention, crop),
+        run_check("ex03.rollback", cached_attention, rollback),
         run_check("ex03.measure_alpha", measure_alpha),
     ):
         assert r.status == "passed", r.report()
@@ -114,7 +164,13 @@ def test_solution_earns_every_point():
 
 @pytest.mark.parametrize(
     "wrong",
-    [attention_unshifted_mask, attention_new_tensors, attention_no_scale, attention_wrong_length],
+    [
+        attention_one_length,
+        attention_shared_mask,
+        attention_unshifted_mask,
+        attention_no_scale,
+        attention_wrong_length,
+    ],
 )
 def test_wrong_cached_attention_fails(wrong):
     r = run_check("ex03.cached_attention", wrong)
@@ -126,14 +182,24 @@ def test_unshifted_mask_is_explained():
     assert "mask" in r.report()
 
 
-@pytest.mark.parametrize("wrong", [crop_zeroing, crop_unchecked])
-def test_wrong_crop_fails(wrong):
-    r = run_check("ex03.crop", cached_attention, wrong)
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        rollback_identity,
+        rollback_unchecked,
+        rollback_zeroing,
+        rollback_one_for_all,
+        rollback_in_place,
+    ],
+)
+def test_wrong_rollback_fails(wrong):
+    # rollback_identity is the constant answer that a rollback of one shared length allowed.
+    r = run_check("ex03.rollback", cached_attention, wrong)
     assert r.status == "failed" and r.points == 0, r.report()
 
 
 @pytest.mark.parametrize(
-    "wrong, says", [(alpha_is_tv, "total variation"), (alpha_ignores_temperature, "temperature")]
+    "wrong, says", [(alpha_is_tv, "TV distance"), (alpha_ignores_temperature, "temperature")]
 )
 def test_wrong_alpha_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex03.measure_alpha", wrong)
@@ -142,7 +208,7 @@ def test_wrong_alpha_fails_with_a_diagnosis(wrong, says):
 
 def test_untouched_stubs_are_not_attempted():
     assert run_check("ex03.cached_attention", stub).status == "not attempted"
-    assert run_check("ex03.crop", cached_attention, stub).status == "not attempted"
+    assert run_check("ex03.rollback", cached_attention, stub).status == "not attempted"
     assert run_check("ex03.measure_alpha", stub).status == "not attempted"
 
 
@@ -167,8 +233,9 @@ def graded_notebooks(tmp_path_factory):
     # The classic mistake, made in the notebook: a causal mask that ignores the cache offset.
     wrong = copy.deepcopy(solved)
     cell = next(c for c in wrong.cells if c.source.startswith("def cached_attention"))
-    assert "(length + torch.arange(T_new))" in cell.source
-    cell.source = cell.source.replace("(length + torch.arange(T_new))", "torch.arange(T_new)")
+    old = "last = lengths[:, None, None] + torch.arange(T_new)[None, :, None]"
+    assert old in cell.source
+    cell.source = cell.source.replace(old, "last = torch.arange(T_new)[None, :, None]")
     nbformat.write(wrong, folder / "ex03_unshifted_mask.ipynb")
     results = batch.grade(
         [folder], workers=2, cell_timeout=30, notebook_timeout=120, memory_mb=0, progress=False
@@ -190,6 +257,6 @@ def test_the_batch_grader_finds_an_unshifted_mask_in_a_notebook(graded_notebooks
     r = graded_notebooks["ex03_unshifted_mask"]
     by_id = {c.id: c for c in r.checks}
     assert by_id["ex03.cached_attention"].status == "failed"
-    assert by_id["ex03.crop"].status == "failed"  # its check steps through cached_attention
+    assert by_id["ex03.rollback"].status == "failed"  # its check steps through cached_attention
     assert by_id["ex03.measure_alpha"].status == "passed"
     assert r.points == 4

@@ -1,25 +1,30 @@
-"""Checks of exercise 03: one step of cached attention, rollback, and α between two models.
+"""Checks of exercise 03: cached attention on a batch of ragged rows, their rollback, and α.
 
 Students implement, in ``exercises/ex03_char_lm.ipynb``:
 
-- ``cached_attention(q, k, v, K, V, length)``: ``q, k, v`` ``[B, nh, T_new, hs]`` for the new
-  tokens, ``K, V`` ``[B, nh, block_size, hs]`` preallocated buffers whose first ``length``
-  positions are filled. Write ``k, v`` at ``length .. length + T_new - 1`` (in place), let new
-  token ``i`` attend to positions ``0 .. length + i``, and return ``(y, length + T_new)`` with
-  ``y`` ``[B, nh, T_new, hs]``;
-- ``crop(K, V, length, n)``: roll back to the first ``n`` positions: return ``n`` without
-  copying or changing the buffers; a ``ValueError`` unless ``0 <= n <= length``;
+- ``cached_attention(q, k, v, K, V, lengths)``: ``q, k, v`` ``[B, nh, T_new, hs]`` for the new
+  tokens, ``K, V`` ``[B, nh, block_size, hs]`` preallocated buffers, ``lengths`` int64 ``[B]``:
+  row ``b`` has its first ``lengths[b]`` positions filled (rows differ: after a rollback each
+  kept its own accepted drafts) and stale values beyond. Write row ``b``'s ``k, v`` at
+  ``lengths[b] .. lengths[b] + T_new - 1`` (in place), let its new token ``i`` attend to its
+  positions ``0 .. lengths[b] + i`` only, and return ``(y, lengths + T_new)``;
+- ``rollback(K, V, lengths, num_rejected)``: row ``b`` forgets its last ``num_rejected[b]``
+  positions; return the new lengths (a new tensor) without touching the buffers; a
+  ``ValueError`` unless ``0 <= num_rejected[b] <= lengths[b]`` for every row;
 - ``measure_alpha(target, draft, x, temperature)``: the mean over every position of the
   windows ``x`` ``[N, T]`` of ``sum(min(p, q))``, ``p`` and ``q`` the two models' next-token
   distributions at ``temperature`` (0: one-hot argmax, so α is the argmax agreement).
 
-The reference is the package: :class:`specdec_course.model.KVCache` driven by the model's own
+Lesson 03 writes cached attention for one shared length; the ragged batch (one length per
+row, stale keys past the shorter rows) is this exercise's variation. The reference is the
+package: one :class:`specdec_course.model.KVCache` per row, driven by the model's own
 attention layer, and :func:`specdec_course.train.next_token_probs`. Everything is exact
 arithmetic on random inputs (no sampling): logits compared to 1e-4, α and buffers to 1e-5.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -28,7 +33,7 @@ from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 from specdec_course.train import next_token_probs
 
 from ._support import as_number, as_vector, fmt, random_model
-from .context import case_seed
+from .context import case_seed, fresh_cases
 from .core import Case, call, register
 
 ATOL = 1e-5
@@ -36,48 +41,75 @@ ATOL = 1e-5
 # a wrong mask or scale by more than 0.1.
 LOGIT_ATOL = 1e-4
 CFG = GPTConfig(vocab_size=13, block_size=24, n_layer=1, n_head=2, n_embd=12)
+# (start lengths of the rows, new tokens per call): equal rows first (lesson 03's case, in a
+# batch), then ragged ones, one row near the end of its buffer.
 SCHEDULES = {
-    "one token at a time": [1] * 8,
-    "a prompt, then single tokens": [6, 1, 1, 1],
-    "mixed chunks": [3, 1, 4, 2, 1],
-    "the whole context in two calls": [20, 4],
+    "equal lengths, one token at a time": ([0, 0], [1] * 6),
+    "equal lengths, a prompt then single tokens": ([0, 0], [6, 1, 1]),
+    "ragged lengths, one new token per call": ([5, 0, 2], [1, 1, 1]),
+    "ragged lengths, several new tokens per call": ([3, 9], [4, 2, 1]),
+    "a row near the end of its buffer": ([1, 18], [3, 2]),
 }
 
 
-class _Reference:
-    """A one-layer package ``CharGPT`` decoding with its ``KVCache``, q/k/v exposed.
+def _lengths_text(lengths) -> str:
+    return "[" + ", ".join(str(int(n)) for n in lengths) + "]"
 
-    Each step feeds random new token ids to the model's own cached forward (the reference
-    logits) and hands the student the same tokens' queries, keys and values; the student's
-    attention output is then finished through the same layer (output projection, MLP, final
-    norm, ``lm_head``) and compared logit for logit.
+
+class _Ragged:
+    """A one-layer package ``CharGPT`` and one ``KVCache`` per row, q/k/v exposed.
+
+    Row ``b`` is its own sequence. The student's buffers ``K``, ``V`` hold row ``b``'s cached
+    keys and values in its first ``lengths[b]`` positions and random stale values beyond
+    (the drafts a rollback forgot), so attending past a row's own length shows. Each step
+    feeds random new token ids to the model's cached forward, row by row (the reference
+    logits), and hands the student the same tokens' queries, keys and values; the student's
+    attention output is then finished through the same layer and compared logit for logit.
     """
 
-    def __init__(self, seed: int, batch: int = 2):
+    def __init__(self, seed: int, lengths: list[int]):
         seed = case_seed(seed)  # the visible case, or a fresh one under the batch grader
         # Larger weights than at initialisation: sharp attention, so a wrong mask or scale
         # shows in the logits.
         self.model = random_model(CFG, seed, 4.0)
-        self.cache = self.model.new_cache(batch)
         self.gen = torch.Generator().manual_seed(seed)
-        self.B = batch
-        self.K = torch.zeros(batch, CFG.n_head, CFG.block_size, CFG.head_dim)
-        self.V = torch.zeros_like(self.K)
+        self.B = len(lengths)
+        shape = (self.B, CFG.n_head, CFG.block_size, CFG.head_dim)
+        self.K = 3 * torch.randn(shape, generator=self.gen)  # stale values everywhere
+        self.V = 3 * torch.randn(shape, generator=self.gen)
+        self.caches = [self.model.new_cache(1) for _ in lengths]
+        for b, n in enumerate(lengths):
+            if n:
+                with torch.no_grad():
+                    self.model(self._ids(n), self.caches[b])
+                self.K[b, :, :n] = self.caches[b].k[0, 0, :, :n]
+                self.V[b, :, :n] = self.caches[b].v[0, 0, :, :n]
+
+    def _ids(self, n: int) -> torch.Tensor:
+        return torch.randint(0, CFG.vocab_size, (1, n), generator=self.gen)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return torch.tensor([c.length for c in self.caches], dtype=torch.long)
 
     def step(self, T_new: int):
-        """New ``(q, k, v)`` and the package's logits for the same new tokens."""
-        idx = torch.randint(0, CFG.vocab_size, (self.B, T_new), generator=self.gen)
-        m, start = self.model, self.cache.length
-        block = m.transformer.h[0]
-        with torch.no_grad():
-            expected = m(idx, self.cache)  # the package's cached forward; extends its cache
-            self.x = m.transformer.wte(idx) + m.transformer.wpe.weight[start : start + T_new]
-            q, k, v = block.attn.c_attn(block.ln_1(self.x)).split(CFG.n_embd, dim=2)
+        """New ``(q, k, v)`` of every row and the package's logits for the same new tokens."""
+        m, block = self.model, self.model.transformer.h[0]
+        xs, qkv, expected = [], [], []
+        for cache in self.caches:
+            idx, start = self._ids(T_new), cache.length
+            with torch.no_grad():
+                expected.append(m(idx, cache)[0])  # the package's cached forward
+                x = m.transformer.wte(idx) + m.transformer.wpe.weight[start : start + T_new]
+                qkv.append(block.attn.c_attn(block.ln_1(x))[0])
+            xs.append(x[0])
+        self.x = torch.stack(xs)  # [B, T_new, C]
+        q, k, v = torch.stack(qkv).split(CFG.n_embd, dim=2)
         q, k, v = (
             t.view(self.B, T_new, CFG.n_head, CFG.head_dim).transpose(1, 2).contiguous()
             for t in (q, k, v)
         )
-        return q, k, v, expected
+        return q, k, v, torch.stack(expected)
 
     def finish(self, y):
         """The student's per-head attention output ``y``, through the rest of the model."""
@@ -90,154 +122,252 @@ class _Reference:
             return m.lm_head(m.transformer.ln_f(x))
 
 
-def _compare_step(label, fn, ref: _Reference, length: int, T_new: int):
+def _attend(q, K, V, ends_q, limit):
+    # Attention of each row's new queries over its buffer, query i seeing keys j <= ends_q[b] + i
+    # and j < limit[b] (diagnosis only: the mistakes a check names).
+    B, _, T, hs = q.shape
+    S = K.shape[2]
+    att = q.double() @ K.double().transpose(-2, -1) / math.sqrt(hs)  # [B, nh, T, S]
+    j = torch.arange(S)
+    allowed = (j <= (ends_q[:, None] + torch.arange(T))[:, :, None]) & (j < limit[:, None, None])
+    att = att.masked_fill(~allowed[:, None], float("-inf")).softmax(-1)
+    return att @ V.double()
+
+
+def _diagnose_attention(y, q, K, V, lengths, T_new) -> str:
+    """What a wrong ``y`` probably means, from the mistakes it matches (else a general word)."""
+    end = lengths + T_new
+    top = torch.full_like(lengths, int(end.max()))
+    wrong = {
+        "shared": _attend(q, K, V, torch.full_like(lengths, int(lengths.max())), top),
+        "first": _attend(q, K, V, torch.full_like(lengths, int(lengths[0])), top),
+        "origin": _attend(q, K, V, lengths * 0, end),
+        "all_new": _attend(q, K, V, end - 1, end),
+    }
+
+    def close(x):
+        return torch.allclose(y.double(), x, atol=1e-4)
+
+    ragged = bool((lengths != lengths[0]).any())
+    if ragged and (close(wrong["shared"]) or close(wrong["first"])):
+        return (
+            "every row attends as if it had the same length: the shorter rows see stale "
+            "positions past their own length"
+        )
+    if T_new > 1 and close(wrong["all_new"]):
+        return "a new token sees the new tokens after it"
+    if close(wrong["origin"]):
+        return (
+            "the causal mask is aligned to position 0 (as is_causal=True does); the new "
+            "tokens of row b sit at positions lengths[b], lengths[b] + 1, ..."
+        )
+    if ragged:
+        return (
+            "wrong output on a ragged batch: each row must attend to its own filled positions "
+            "and its new tokens up to itself, nothing else"
+        )
+    return "wrong output (the mask, the scale, or the softmax axis?)"
+
+
+def _compare_step(label, fn, ref: _Ragged, T_new: int):
+    """One step of the student's attention against the package's; ``None`` or the failure."""
+    lengths = ref.lengths
     q, k, v, expected = ref.step(T_new)
-    out = call(label, fn, q, k, v, ref.K, ref.V, length)
+    lengths_in = lengths.clone()
+    out = call(label, fn, q, k, v, ref.K, ref.V, lengths_in)
     if not (isinstance(out, tuple) and len(out) == 2):
-        return None, Case(
+        return Case(
             label,
             False,
-            "(y, new_length)",
+            "(y, new_lengths)",
             fmt(out),
-            "the function must return a pair: the attention output and the new length",
+            "return a pair: the attention output and the new lengths",
         )
-    y, new_len = out
-    y = as_vector(y)
-    if as_number(new_len) != length + T_new:
-        return None, Case(
+    y, new_lengths = out
+    want = lengths + T_new
+    got_len = as_vector(new_lengths)
+    if got_len is None or got_len.shape != want.shape or not torch.equal(got_len, want.double()):
+        return Case(
             label,
             False,
-            f"new length {length + T_new}",
-            fmt(new_len),
-            "the new length is not the old one grown by the new tokens",
+            f"new lengths {_lengths_text(want)}",
+            fmt(new_lengths),
+            "every row grows by the number of new tokens, each from its own length",
         )
+    if not torch.equal(lengths_in, lengths):
+        return Case(
+            label,
+            False,
+            f"lengths {_lengths_text(lengths)} unchanged",
+            f"changed in place to {_lengths_text(lengths_in)}",
+            "your function changed the caller's lengths in place; return new ones",
+        )
+    y = as_vector(y)
     shape = (ref.B, CFG.n_head, T_new, CFG.head_dim)
     if y is None or tuple(y.shape) != shape:
-        return None, Case(
+        return Case(
             label,
             False,
             f"y of shape {shape}",
             fmt(None if y is None else tuple(y.shape)),
-            "y holds one output per new token: [B, n_head, T_new, head_dim]",
+            "y holds one output per row and new token: [B, n_head, T_new, head_dim]",
         )
-    end = length + T_new
-    if not torch.allclose(
-        ref.K[:, :, :end].double(), ref.cache.k[0, :, :, :end].double(), atol=ATOL
-    ) or not torch.allclose(
-        ref.V[:, :, :end].double(), ref.cache.v[0, :, :, :end].double(), atol=ATOL
-    ):
-        return None, Case(
-            label,
-            False,
-            "K, V hold the keys/values of every position so far",
-            "buffers differ from the package's KVCache",
-            "the buffers K, V do not hold the new keys and values at the new positions "
-            "(in place: the caller keeps the buffers)",
-        )
+    for b, cache in enumerate(ref.caches):
+        end = cache.length
+        if not torch.allclose(
+            ref.K[b, :, :end].double(), cache.k[0, 0, :, :end].double(), atol=ATOL
+        ) or not torch.allclose(
+            ref.V[b, :, :end].double(), cache.v[0, 0, :, :end].double(), atol=ATOL
+        ):
+            ragged = bool((lengths != lengths[0]).any())
+            return Case(
+                label,
+                False,
+                f"row {b}: K, V hold its {end} positions so far",
+                "the buffers differ from the package's KVCache",
+                f"row {b}'s new keys and values belong at its own length, {int(lengths[b])}"
+                if ragged
+                else "the new keys and values were not written into the caller's K and V "
+                "(in place) after the filled positions",
+            )
     got = ref.finish(y)
     diff = (got - expected).abs().max().item()
     if diff > LOGIT_ATOL:
-        msg = (
-            "a single new token sees every cached position: does a mask hide some of "
-            "them, or are the scores scaled wrong?"
-        )
-        if T_new > 1:
-            msg = (
-                "with several new tokens, token i may see positions 0 .. length + i only "
-                "(is the mask aligned to the cache's positions?)"
-            )
-        return None, Case(
+        row = int((got - expected).abs().amax(dim=(1, 2)).argmax())
+        return Case(
             label,
             False,
-            fmt(expected[0, -1]),
-            fmt(got[0, -1]),
-            f"largest difference {diff:.2e}; {msg}",
+            f"row {row}: {fmt(expected[row, -1])}",
+            fmt(got[row, -1]),
+            f"largest difference {diff:.2e} (row {row}, length {int(lengths[row])}); "
+            + _diagnose_attention(y, q, ref.K, ref.V, lengths, T_new),
         )
-    return end, None
+    return None
 
 
 @register(
     "ex03.cached_attention",
     points=4,
     needs="cached_attention",
-    title="one step of cached attention",
-    hint="work out, for new token i, which cached positions it may see; lesson 03, "
-    "section 4, draws the scores of a cached step. Where in the buffers do the new keys go?",
+    title="cached attention on a batch of ragged rows",
+    hint="treat each row as lesson 03's single sequence with its own length: where its new "
+    "keys go, which positions each of its new tokens may see. The buffers past a row's "
+    "length are not zeros but stale keys; a mask built for one shared length lets the "
+    "shorter rows see them. Lesson 03, section 4",
 )
 def check_cached_attention(fn) -> Iterator[Case]:
-    for seed, (name, sizes) in enumerate(SCHEDULES.items()):
-        ref = _Reference(seed)
-        length, failed = 0, None
+    schedules = dict(SCHEDULES)
+    if fresh_cases():  # the batch grader's: ragged lengths drawn for this run
+        g = torch.Generator().manual_seed(case_seed(40))
+        schedules["random ragged lengths"] = (
+            torch.randint(0, 12, (4,), generator=g).tolist(),
+            [2, 1, 3],
+        )
+    for seed, (name, (start, sizes)) in enumerate(schedules.items()):
+        ref = _Ragged(seed, start)
+        failed = None
         for i, n in enumerate(sizes):
-            label = f"{name}: call {i + 1} (length {length}, {n} new)"
-            length, failed = _compare_step(label, fn, ref, length, n)
+            label = f"{name}: call {i + 1} (lengths {_lengths_text(ref.lengths)}, {n} new)"
+            failed = _compare_step(label, fn, ref, n)
             if failed is not None:
                 break
-        yield failed or Case(f"{name} ({'+'.join(map(str, sizes))} tokens)", True)
+        yield failed or Case(
+            f"{name} (lengths {_lengths_text(start)}, {'+'.join(map(str, sizes))} new)", True
+        )
+
+
+def _bad_rollback(rollback, K, V, lengths, rejected) -> Case:
+    name = f"rollback with lengths {_lengths_text(lengths)}, {_lengths_text(rejected)} rejected"
+    try:
+        rollback(K, V, lengths.clone(), rejected.clone())
+    except ValueError:
+        return Case(f"{name} raises ValueError", True)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the wrong kind of error is a failed case
+        return Case(
+            f"{name} raises ValueError",
+            False,
+            "ValueError",
+            type(e).__name__,
+            "raise ValueError for a row that cannot be rolled back",
+        )
+    return Case(
+        f"{name} raises ValueError",
+        False,
+        "ValueError",
+        "no error",
+        "a row cannot forget more positions than it holds, nor a negative number: that "
+        "call must raise ValueError",
+    )
 
 
 @register(
-    "ex03.crop",
+    "ex03.rollback",
     points=2,
-    needs=("cached_attention", "crop"),
-    title="rolling the cache back with crop",
-    hint="what happens to the positions past the new length at the next step? Which "
-    "lengths can a cache of `length` positions be cropped to?",
+    needs=("cached_attention", "rollback"),
+    title="rolling ragged rows back after verification",
+    hint="each row forgets its own rejected positions, and a forgotten position needs no "
+    "clearing: the next step overwrites it, provided every row's length says where its "
+    "cache ends",
 )
-def check_crop(attend, crop) -> Iterator[Case]:
-    for n in (0, 3, 7, 8):
-        ref = _Reference(10 + n)
-        length = 0
-        for T_new in (5, 3):
-            length, failed = _compare_step(f"before crop({n})", attend, ref, length, T_new)
-            if failed is not None:
-                yield failed
-                return
-        K_before, ptr = ref.K.clone(), ref.K.data_ptr()
-        got = call(f"crop(K, V, {length}, {n})", crop, ref.K, ref.V, length, n)
-        if as_number(got) != n:
+def check_rollback(attend, rollback) -> Iterator[Case]:
+    cases = [
+        ("nothing, some and everything rejected", [0, 0, 0], 8, [0, 3, 8]),
+        ("ragged rows", [2, 6, 0], 5, [1, 5, 0]),
+        ("equal rows, equal rollback", [4, 4], 3, [2, 2]),
+    ]
+    for seed, (name, start, fed, rejected) in enumerate(cases):
+        ref = _Ragged(10 + seed, start)
+        failed = _compare_step(f"{name}: before the rollback", attend, ref, fed)
+        if failed is not None:
+            yield failed
+            return
+        lengths, r = ref.lengths, torch.tensor(rejected)
+        K_before, V_before = ref.K.clone(), ref.V.clone()
+        lengths_in, r_in = lengths.clone(), r.clone()
+        label = f"{name}: rollback(K, V, {_lengths_text(lengths)}, {_lengths_text(r)})"
+        got = as_vector(call(label, rollback, ref.K, ref.V, lengths_in, r_in))
+        want = lengths - r
+        if got is None or got.shape != want.shape or not torch.equal(got, want.double()):
+            msg = "the new lengths are wrong"
+            if got is not None and got.shape == want.shape:
+                if torch.equal(got, r.double()):
+                    msg = "you returned the numbers rejected; return each row's new length"
+                elif torch.equal(got, lengths.double()):
+                    msg = "the lengths did not change: nothing was rolled back"
+                elif torch.equal(got, (lengths + r).double()):
+                    msg = "a rollback shortens each row by what it rejected; yours grew"
+            yield Case(label, False, f"new lengths {_lengths_text(want)}", fmt(got), msg)
+            return
+        if not (torch.equal(lengths_in, lengths) and torch.equal(r_in, r)):
             yield Case(
-                f"crop(K, V, 8, {n}) returns {n}",
+                label,
                 False,
-                str(n),
-                fmt(got),
-                "crop must return the new length",
+                "lengths and num_rejected unchanged",
+                "changed in place",
+                "your rollback changed the caller's lengths or num_rejected; return new lengths",
             )
-            continue
-        if ref.K.data_ptr() != ptr or not torch.equal(ref.K, K_before):
+            return
+        if not (torch.equal(ref.K, K_before) and torch.equal(ref.V, V_before)):
             yield Case(
-                f"crop({n}) leaves the buffers alone",
+                label,
                 False,
-                "K unchanged",
-                "K changed",
-                "the buffers changed: a rollback moves the length only",
+                "K and V unchanged",
+                "the buffers changed",
+                "a rollback moves the lengths only: no copying, no zeroing",
             )
-            continue
-        ref.cache.crop(n)  # the package's rollback
-        _, failed = _compare_step(f"step after crop({n})", attend, ref, n, 2)
-        yield failed or Case(f"crop(K, V, 8, {n}), then a step equals the package", True)
-    ref = _Reference(99)
-    for bad in (-1, 9):
-        try:
-            crop(ref.K, ref.V, 8, bad)
-        except ValueError:
-            yield Case(f"crop(K, V, 8, {bad}) raises ValueError", True)
-        except Exception as e:  # noqa: BLE001 - the wrong kind of error is a failed case
-            yield Case(
-                f"crop(K, V, 8, {bad}) raises ValueError",
-                False,
-                "ValueError",
-                type(e).__name__,
-                "the wrong kind of error for a length the cache cannot hold",
-            )
-        else:
-            yield Case(
-                f"crop(K, V, 8, {bad}) raises ValueError",
-                False,
-                "ValueError",
-                "no error",
-                "a length the cache cannot hold must raise ValueError",
-            )
+            return
+        for cache, n in zip(ref.caches, want.tolist()):
+            cache.crop(n)  # the package's rollback, row by row
+        failed = _compare_step(f"{name}: the step after the rollback", attend, ref, 2)
+        yield failed or Case(
+            f"{name}: rolled back to {_lengths_text(want)}, the next step equals the package", True
+        )
+    ref = _Ragged(99, [0, 0, 0])
+    lengths = torch.tensor([8, 8, 8])
+    for bad in ([0, 9, 0], [-1, 0, 0]):
+        yield _bad_rollback(rollback, ref.K, ref.V, lengths, torch.tensor(bad))
 
 
 def _alpha(target, draft, x, temperature) -> float:
@@ -255,8 +385,9 @@ def _tiny(seed: int) -> CharGPT:
     points=4,
     needs="measure_alpha",
     title="acceptance rate between two models",
-    hint="lesson 01 defines alpha for one position from the two distributions; here it is "
-    "averaged over every position. What is a distribution at temperature 0?",
+    hint="at every position of every window, each model gives one next-token distribution "
+    "at the temperature; α is the overlap of the two, averaged (lesson 02, section 1). At "
+    "temperature 0 each distribution is a one-hot on its argmax, which no division reaches",
 )
 def check_measure_alpha(fn) -> Iterator[Case]:
     a, b = _tiny(1), _tiny(2)
@@ -280,13 +411,13 @@ def check_measure_alpha(fn) -> Iterator[Case]:
         msg = ""
         if not ok:
             if got is None or got != got:
-                msg = "not a number (at T = 0, did you divide by the temperature?)"
+                msg = "no number (NaN?): at T = 0 the logits cannot be divided by the temperature"
             elif temp != 1.0 and abs(got - _alpha(t, d, x, 1.0)) <= ATOL:
-                msg = "the temperature was not applied"
+                msg = "your α is the one at temperature 1: the temperature was not applied"
             elif abs(got - (1 - exp)) <= ATOL:
-                msg = "that is the total variation distance, 1 - alpha"
+                msg = "you returned the TV distance, which is 1 - α"
             else:
-                msg = "wrong value: alpha is averaged over every position of every window"
+                msg = "wrong α: is it the overlap of p and q, averaged over every position?"
         yield Case(name, ok, f"{exp:.6g}", fmt(got), msg)
     try:
         target, draft = load_pretrained("target"), load_pretrained("draft")
@@ -304,5 +435,5 @@ def check_measure_alpha(fn) -> Iterator[Case]:
         ok,
         f"{exp:.6g}",
         fmt(got),
-        "" if ok else "average sum(min(p, q)) over every position",
+        "" if ok else "wrong α on the shipped pair, though right on the small models",
     )
