@@ -1,4 +1,9 @@
-"""Exercise 06's checks: a correct solution earns every point, each typical mistake loses them."""
+"""Exercise 06's checks: a correct solution earns every point, each typical mistake loses them.
+
+The exercise varies lesson 06's cells: heads of several residual blocks, and the additive
+attention bias and positions of a tree given by parents in any order, after a cached prefix.
+Lesson 06's own one-block head and breadth-first mask do not pass as they are.
+"""
 
 import pytest
 import torch
@@ -11,64 +16,100 @@ from specdec_course.grading import checks_for, run_check
 
 
 class MedusaHead(nn.Module):
-    def __init__(self, lm_head_weight):
+    """A Medusa head: n_layers residual blocks on width C, then a copy of lm_head."""
+
+    def __init__(self, lm_head_weight: torch.Tensor, n_layers: int = 1):
         super().__init__()
         V, C = lm_head_weight.shape
-        self.linear = nn.Linear(C, C)
-        nn.init.zeros_(self.linear.weight)
-        nn.init.zeros_(self.linear.bias)
+        self.blocks = nn.ModuleList(nn.Linear(C, C) for _ in range(n_layers))
+        for block in self.blocks:  # each block starts as the identity: SiLU(0) = 0
+            nn.init.zeros_(block.weight)
+            nn.init.zeros_(block.bias)
         self.lm_head = nn.Linear(C, V, bias=False)
         with torch.no_grad():
-            self.lm_head.weight.copy_(lm_head_weight)
+            self.lm_head.weight.copy_(lm_head_weight)  # a copy: the target stays as it is
 
-    def forward(self, h):
-        return self.lm_head(h + F.silu(self.linear(h)))
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            h = h + F.silu(block(h))
+        return self.lm_head(h)
 
 
-def medusa_loss(head_logits, ids):
+def medusa_loss(head_logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Medusa-1 loss: sum over heads k = 1..K of 0.8**k times head k's cross-entropy."""
     K, B, T, V = head_logits.shape
-    total = 0.0
+    loss = head_logits.new_zeros(())
     for k in range(1, K + 1):
-        ce = F.cross_entropy(
-            head_logits[k - 1, :, : T - 1 - k].reshape(-1, V), ids[:, 1 + k :].reshape(-1)
-        )
-        total = total + 0.8**k * ce
-    return total
+        # position t guesses ids[t + 1 + k]: the last 1 + k positions have no label
+        logits = head_logits[k - 1, :, : T - 1 - k].reshape(-1, V)
+        loss = loss + 0.8**k * F.cross_entropy(logits, ids[:, 1 + k :].reshape(-1))
+    return loss
 
 
-def tree_attention_mask(paths):
-    nodes = [()] + sorted((tuple(p) for p in paths), key=lambda p: (len(p), p))
-    T = len(nodes)
-    mask = torch.zeros(T, T, dtype=torch.bool)
-    for i, p in enumerate(nodes):
-        for j, q in enumerate(nodes):
-            mask[i, j] = p[: len(q)] == q
-    return mask
+def tree_attention_bias(parents: list[int], prefix_len: int):
+    """(bias [T, prefix_len + T], positions [T]) of one tree pass after a cached prefix."""
+    T = len(parents)
+    seen = torch.zeros(T, T, dtype=torch.bool)  # seen[i, j]: node j is i or an ancestor
+    for i in range(T):
+        j = i
+        while j != -1:  # up the parents to the root, whatever order the nodes come in
+            seen[i, j] = True
+            j = parents[j]
+    bias = torch.full((T, prefix_len + T), float("-inf"))
+    bias[:, :prefix_len] = 0.0  # every node sees the whole cached prefix
+    bias[:, prefix_len:].masked_fill_(seen, 0.0)
+    depth = seen.sum(-1) - 1  # the number of ancestors
+    return bias, prefix_len + depth
 
 
 # ----------------------------------------------------------------------------- mistakes
 
 
 class HeadBiasNotZeroed(MedusaHead):
-    def __init__(self, w):
-        super().__init__(w)
-        nn.init.normal_(self.linear.bias)
+    def __init__(self, w, n_layers=1):
+        super().__init__(w, n_layers)
+        for b in self.blocks:
+            nn.init.normal_(b.bias)
 
 
 class HeadSharedWeight(MedusaHead):
-    def __init__(self, w):
-        super().__init__(w)
+    def __init__(self, w, n_layers=1):
+        super().__init__(w, n_layers)
         self.lm_head.weight = nn.Parameter(w)  # the target's own tensor
 
 
 class HeadNoResidual(MedusaHead):
     def forward(self, h):
-        return self.lm_head(F.silu(self.linear(h)))
+        for b in self.blocks:
+            h = F.silu(b(h))
+        return self.lm_head(h)
 
 
-class HeadResidualAfterHead(MedusaHead):
+class HeadOneBlockRepeated(MedusaHead):
+    def __init__(self, w, n_layers=1):
+        super().__init__(w, 1)
+        self.blocks = nn.ModuleList([self.blocks[0]] * n_layers)  # one module, shared
+
+
+class HeadBlocksSideBySide(MedusaHead):
     def forward(self, h):
-        return self.lm_head(h) + F.silu(self.linear(h)).sum(-1, keepdim=True)
+        return self.lm_head(h + sum(F.silu(b(h)) for b in self.blocks))
+
+
+class LessonHead(nn.Module):
+    # Lesson 06's one-block head as it stands: n_layers is not there.
+    def __init__(self, w):
+        super().__init__()
+        V, C = w.shape
+        self.linear = nn.Linear(C, C)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        with torch.no_grad():
+            self.lm_head.weight.copy_(w)
+
+    def forward(self, h):
+        return self.lm_head(h + F.silu(self.linear(h)))
 
 
 def loss_unweighted(head_logits, ids):
@@ -101,24 +142,57 @@ def loss_weights_from_one(head_logits, ids):
     )
 
 
-def mask_no_self(paths):
-    m = tree_attention_mask(paths)
-    return m & ~torch.eye(len(m), dtype=torch.bool)
+def bias_as_bool(parents, prefix_len):
+    bias, pos = tree_attention_bias(parents, prefix_len)
+    return bias == 0, pos
 
 
-def mask_unsorted(paths):
-    nodes = [()] + [tuple(p) for p in paths]
-    T = len(nodes)
-    return torch.tensor([[p[: len(q)] == q for q in nodes] for p in nodes]).view(T, T)
+def bias_no_self(parents, prefix_len):
+    bias, pos = tree_attention_bias(parents, prefix_len)
+    T = len(parents)
+    bias[:, prefix_len:] = bias[:, prefix_len:].masked_fill(
+        torch.eye(T, dtype=torch.bool), float("-inf")
+    )
+    return bias, pos
 
 
-def mask_causal(paths):
-    T = len(paths) + 1
-    return torch.ones(T, T, dtype=torch.bool).tril()
+def bias_without_prefix(parents, prefix_len):
+    bias, pos = tree_attention_bias(parents, prefix_len)
+    bias[:, :prefix_len] = float("-inf")
+    return bias, pos
 
 
-def mask_transposed(paths):
-    return tree_attention_mask(paths).T
+def bias_positions_from_zero(parents, prefix_len):
+    bias, pos = tree_attention_bias(parents, prefix_len)
+    return bias, pos - prefix_len
+
+
+def bias_positions_by_index(parents, prefix_len):
+    bias, _ = tree_attention_bias(parents, prefix_len)
+    return bias, prefix_len + torch.arange(len(parents))
+
+
+def bias_breadth_first_only(parents, prefix_len):
+    # Fills each row from its parent's row: right only when parents come before children.
+    T = len(parents)
+    seen = torch.zeros(T, T, dtype=torch.bool)
+    for i in range(T):
+        if parents[i] >= 0:
+            seen[i] = seen[parents[i]]
+        seen[i, i] = True
+    bias = torch.full((T, prefix_len + T), float("-inf"))
+    bias[:, :prefix_len] = 0.0
+    bias[:, prefix_len:].masked_fill_(seen, 0.0)
+    return bias, prefix_len + seen.sum(-1) - 1
+
+
+def bias_causal(parents, prefix_len):
+    T = len(parents)
+    bias = torch.zeros(T, prefix_len + T)
+    bias[:, prefix_len:] = torch.zeros(T, T).masked_fill(
+        ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")
+    )
+    return bias, tree_attention_bias(parents, prefix_len)[1]
 
 
 def stub(*args):
@@ -133,7 +207,7 @@ def test_exercise_06_has_three_checks_worth_ten_points():
     assert [s.id for s in specs] == [
         "ex06.medusa_head",
         "ex06.medusa_loss",
-        "ex06.tree_attention_mask",
+        "ex06.tree_attention_bias",
     ]
     assert sum(s.points for s in specs) == 10
 
@@ -142,10 +216,30 @@ def test_solution_earns_every_point():
     for r in (
         run_check("ex06.medusa_head", MedusaHead),
         run_check("ex06.medusa_loss", medusa_loss),
-        run_check("ex06.tree_attention_mask", tree_attention_mask),
+        run_check("ex06.tree_attention_bias", tree_attention_bias),
     ):
         assert r.status == "passed", r.report()
         assert r.points == r.max_points
+
+
+HEADS = [
+    HeadBiasNotZeroed,
+    HeadSharedWeight,
+    HeadNoResidual,
+    HeadOneBlockRepeated,
+    HeadBlocksSideBySide,
+    LessonHead,
+]
+LOSSES = [loss_unweighted, loss_off_by_one, loss_weights_from_one]
+BIASES = [
+    bias_as_bool,
+    bias_no_self,
+    bias_without_prefix,
+    bias_positions_from_zero,
+    bias_positions_by_index,
+    bias_breadth_first_only,
+    bias_causal,
+]
 
 
 @pytest.mark.parametrize(
@@ -153,8 +247,9 @@ def test_solution_earns_every_point():
     [
         (HeadBiasNotZeroed, "identity"),
         (HeadSharedWeight, "copy"),
-        (HeadNoResidual, "residual"),
-        (HeadResidualAfterHead, "residual"),
+        (HeadNoResidual, "identity"),
+        (HeadOneBlockRepeated, "share their weights"),
+        (HeadBlocksSideBySide, "one after another"),
     ],
 )
 def test_wrong_head_fails_with_a_diagnosis(wrong, says):
@@ -163,12 +258,17 @@ def test_wrong_head_fails_with_a_diagnosis(wrong, says):
     assert says in r.report(), r.report()
 
 
+def test_lesson_06s_one_block_head_does_not_pass_as_is():
+    r = run_check("ex06.medusa_head", LessonHead)
+    assert r.status in ("failed", "error") and r.points == 0, r.report()
+
+
 @pytest.mark.parametrize(
     "wrong, says",
     [
         (loss_unweighted, "weight 1"),
         (loss_off_by_one, "off by one"),
-        (loss_weights_from_one, "power of 0.8"),
+        (loss_weights_from_one, "first head's weight"),
     ],
 )
 def test_wrong_loss_fails_with_a_diagnosis(wrong, says):
@@ -180,14 +280,17 @@ def test_wrong_loss_fails_with_a_diagnosis(wrong, says):
 @pytest.mark.parametrize(
     "wrong, says",
     [
-        (mask_no_self, "itself"),
-        (mask_unsorted, "sort the paths"),
-        (mask_causal, "siblings"),
-        (mask_transposed, "transposed"),
+        (bias_as_bool, "not a bias"),
+        (bias_no_self, "itself"),
+        (bias_without_prefix, "prefix"),
+        (bias_positions_from_zero, "start at 0"),
+        (bias_positions_by_index, "depth"),
+        (bias_breadth_first_only, "no particular order"),
+        (bias_causal, "siblings"),
     ],
 )
-def test_wrong_mask_fails_with_a_diagnosis(wrong, says):
-    r = run_check("ex06.tree_attention_mask", wrong)
+def test_wrong_bias_fails_with_a_diagnosis(wrong, says):
+    r = run_check("ex06.tree_attention_bias", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
     assert says in r.report(), r.report()
 
@@ -195,4 +298,4 @@ def test_wrong_mask_fails_with_a_diagnosis(wrong, says):
 def test_untouched_stubs_are_not_attempted():
     assert run_check("ex06.medusa_head", stub).status == "not attempted"
     assert run_check("ex06.medusa_loss", stub).status == "not attempted"
-    assert run_check("ex06.tree_attention_mask", stub).status == "not attempted"
+    assert run_check("ex06.tree_attention_bias", stub).status == "not attempted"

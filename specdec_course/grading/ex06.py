@@ -1,22 +1,27 @@
-"""Checks of exercise 06: a Medusa head, the weighted multi-head loss, the tree attention mask.
+"""Checks of exercise 06: a deeper Medusa head, the weighted loss, the tree pass's attention bias.
 
 Students implement, in ``exercises/ex06_medusa.ipynb``:
 
-- ``MedusaHead(lm_head_weight)``: an ``nn.Module`` with ``self.linear`` (``nn.Linear(C, C)``,
-  weight and bias zero) and ``self.lm_head`` (``nn.Linear(C, V, bias=False)``, a *copy* of
-  ``lm_head_weight [V, C]``); ``forward(h [..., C])`` returns
-  ``lm_head(h + SiLU(linear(h)))`` ``[..., V]``;
+- ``MedusaHead(lm_head_weight, n_layers=1)``: an ``nn.Module`` with ``self.blocks``, an
+  ``nn.ModuleList`` of ``n_layers`` residual blocks (``nn.Linear(C, C)`` each, weight and
+  bias zero, none shared), and ``self.lm_head`` (``nn.Linear(C, V, bias=False)``, a *copy* of
+  ``lm_head_weight [V, C]``); ``forward(h [..., C])`` applies ``h <- h + SiLU(block(h))`` for
+  each block in order, then ``lm_head`` (Medusa's ``medusa_num_layers``);
 - ``medusa_loss(head_logits, ids)``: ``head_logits [K, B, T, V]`` are the heads' logits at
   every position of the windows ``ids [B, T]``; head ``k`` (1-based) at position ``t``
   predicts ``ids[:, t + 1 + k]`` (positions whose label lies past the window are left out);
   return ``sum_k 0.8^k * CE_k``, ``CE_k`` the mean cross-entropy of head ``k``;
-- ``tree_attention_mask(paths)``: the bool ``[T, T]`` mask of a tree given as a list of
-  paths; node 0 is the root, nodes ``1..`` are the paths sorted by ``(len(path), path)``,
-  and ``mask[i, j]`` is True when ``j`` is ``i`` or an ancestor of ``i``.
+- ``tree_attention_bias(parents, prefix_len)``: the additive attention bias and the position
+  ids of one tree pass after a cached prefix. Node 0 is the root (``parents[0] == -1``), the
+  nodes come in any order (a parent may follow its child); ``bias [T, prefix_len + T]`` is 0
+  where node ``i`` may attend (the whole prefix, itself, its ancestors) and ``-inf``
+  elsewhere, and ``positions[i] = prefix_len + depth(i)``.
 
-The reference is :mod:`specdec_course.medusa` (``MedusaHead``, ``head_targets`` +
-``medusa_loss``, ``tree_attention_mask``). Everything is exact arithmetic on seeded random
-inputs (no sampling), compared to 1e-5.
+Lesson 06 builds a one-block head and the boolean mask of a breadth-first list of paths;
+several blocks, a tree given by parents in any order, the prefix and the positions are this
+exercise's variations. The reference is :mod:`specdec_course.medusa` (``ResBlock``,
+``head_targets`` + ``medusa_loss``, ``build_tree``). Everything is exact arithmetic on
+seeded random inputs (no sampling), compared to 1e-5.
 """
 
 from __future__ import annotations
@@ -38,54 +43,64 @@ ATOL = 1e-5
 # ------------------------------------------------------------------------------------ the head
 
 
-def _reference_head(weights) -> medusa.MedusaHead:
-    lin_w, lin_b, lm_w = weights
-    ref = medusa.MedusaHead(lin_w.shape[1], lm_w.shape[0])
+def _reference_head(weights) -> nn.Module:
+    """The package's pieces holding the student's weights: ResBlocks in order, then lm_head."""
+    blocks, lm_w = weights
+    C = lm_w.shape[1]
+    layers = []
+    for w, b in blocks:
+        block = medusa.ResBlock(C)
+        with torch.no_grad():
+            block.linear.weight.copy_(w)
+            block.linear.bias.copy_(b)
+        layers.append(block)
+    lm_head = nn.Linear(C, lm_w.shape[0], bias=False)
     with torch.no_grad():
-        ref.block.linear.weight.copy_(lin_w)
-        ref.block.linear.bias.copy_(lin_b)
-        ref.lm_head.weight.copy_(lm_w)
-    return ref
+        lm_head.weight.copy_(lm_w)
+    return nn.Sequential(*layers, lm_head)
 
 
-def probe_head(cls, w: torch.Tensor, h: torch.Tensor, g: torch.Generator) -> dict:
+def probe_head(cls, w: torch.Tensor, n_layers: int, h: torch.Tensor, g: torch.Generator) -> dict:
     """Build the student's head from ``w`` and report on it as plain data (a probe: under
     the batch grader it runs in the kernel, where the class is; the check judges the data).
 
-    Its layers, their shapes, its output on ``h`` fresh, whether ``w`` was shared or changed,
-    and, after its parameters were redrawn from ``g``, its weights and its output again. An
-    error of the constructor propagates; a later one is reported, as plain data, with the
-    case it belongs to, and ends the probe.
+    Its blocks, their shapes, whether they share parameters, its output on ``h`` fresh,
+    whether ``w`` was shared or changed, and, after its parameters were redrawn from ``g``,
+    its weights and its output again. An error of the constructor propagates; a later one is
+    reported, as plain data, with the case it belongs to, and ends the probe.
     """
     from . import wire
 
     C, V = w.shape[1], w.shape[0]
     w_before = w.clone()
-    head = call(f"MedusaHead(weight [{V}, {C}])", cls, w)
+    head = call(f"MedusaHead(weight [{V}, {C}], n_layers={n_layers})", cls, w, n_layers)
     out: dict = {"module": isinstance(head, nn.Module), "type": type(head).__name__}
     if not out["module"]:
         return out
-    lin, lm = getattr(head, "linear", None), getattr(head, "lm_head", None)
-    out["layers"] = (type(lin).__name__, type(lm).__name__)
-    if not (isinstance(lin, nn.Linear) and isinstance(lm, nn.Linear)):
+    blocks, lm = getattr(head, "blocks", None), getattr(head, "lm_head", None)
+    listed = isinstance(blocks, nn.ModuleList)
+    out["layers"] = (type(blocks).__name__, type(lm).__name__)
+    if not (listed and all(isinstance(b, nn.Linear) for b in blocks) and isinstance(lm, nn.Linear)):
         return out
     out["shapes"] = (
-        tuple(lin.weight.shape),
-        lin.bias is not None,
-        tuple(lm.weight.shape),
-        lm.bias is None,
+        tuple((tuple(b.weight.shape), b.bias is not None) for b in blocks),
+        (tuple(lm.weight.shape), lm.bias is None),
     )
-    if out["shapes"] != ((C, C), True, (V, C), True):
-        return out
-    name = f"C={C}, V={V}"
+    params = list(head.parameters())
+    out["distinct"] = len({p.data_ptr() for p in params}) == len(params) == 2 * len(blocks) + 1
+    out["blocks_distinct"] = len({id(b) for b in blocks}) == len(blocks)
+    name = f"C={C}, V={V}, {n_layers} block(s)"
     try:
         with torch.no_grad():
             out["fresh"] = call(f"{name}: forward of a fresh head", head, h)
         out["shared"] = lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before)
         with torch.no_grad():
-            for p in head.parameters():
+            for p in params:
                 p.copy_(torch.randn(p.shape, generator=g))
-        out["weights"] = tuple(t.detach().clone() for t in (lin.weight, lin.bias, lm.weight))
+        out["weights"] = (
+            tuple((b.weight.detach().clone(), b.bias.detach().clone()) for b in blocks),
+            lm.weight.detach().clone(),
+        )
         with torch.no_grad():
             out["random"] = call(f"{name}: forward with trained weights", head, h)
     except Exception as e:  # noqa: BLE001 - the student's, reported when the check gets there
@@ -102,52 +117,101 @@ def _step(info: dict, key: str):
     return info.get(key)
 
 
+def _diagnose_forward(weights, h: torch.Tensor, got: torch.Tensor) -> str:
+    blocks, lm_w = weights
+    h = h.double()
+    W = [(w.double(), b.double()) for w, b in blocks]
+
+    def close(x):
+        logits = x @ lm_w.double().T
+        return got.shape == logits.shape and torch.allclose(got, logits, atol=1e-4)
+
+    side = h + sum(torch.nn.functional.silu(h @ w.T + b) for w, b in W)
+    if len(W) > 1 and close(side):
+        return (
+            "every block read the head's input h: the blocks come one after another, each "
+            "reading what the one before it returned"
+        )
+    x = h
+    for w, b in W:
+        x = torch.nn.functional.silu(x @ w.T + b)
+    if close(x) or close(h + x):
+        return "a block's output replaces its input; a residual block adds to it"
+    x = h
+    for w, b in reversed(W):
+        x = x + torch.nn.functional.silu(x @ w.T + b)
+    if len(W) > 1 and close(x):
+        return "the blocks ran in reverse order"
+    return "wrong output with random weights: the blocks, in order, then lm_head"
+
+
 @register(
     "ex06.medusa_head",
     points=3,
     needs="MedusaHead",
-    title="a Medusa head: ResBlock, then a copy of lm_head",
-    hint="lesson 06, section 1, builds the head: one residual block that starts as the "
-    "identity, then the target's output layer, copied. Ask what SiLU(0) is, and what a "
-    "head that shares the target's weight does to the target when it trains",
+    title="a Medusa head of n residual blocks, then a copy of lm_head",
+    hint="lesson 06 builds the one-block head; a deeper head repeats its residual block, "
+    "each with weights of its own, each starting as the identity so that a fresh head is "
+    "still the target's own head. Repeating one module object repeats its weights too",
 )
 def check_medusa_head(cls) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(0))
-    for C, V in ((8, 11), (24, 65)):
+    for C, V, n in ((8, 11, 1), (24, 65, 2), (12, 7, 3)):
         w = torch.randn(V, C, generator=g)
         h = torch.randn(5, 3, C, generator=g)
-        info = call(f"MedusaHead(weight [{V}, {C}])", probe_head, cls, w, h, g)
+        info = call(f"MedusaHead(weight [{V}, {C}], n_layers={n})", probe_head, cls, w, n, h, g)
         if not isinstance(info, dict):
             raise TypeError("the head probe returned no report")
-        name = f"C={C}, V={V}"
+        name = f"C={C}, V={V}, n_layers={n}"
         if not info.get("module"):
             yield Case(
                 name,
                 False,
                 "an nn.Module",
                 fmt(str(info.get("type"))),
-                "MedusaHead must subclass nn.Module (call super().__init__())",
+                "MedusaHead is not an nn.Module (did __init__ call super().__init__()?)",
             )
             return
         shapes = info.get("shapes")
         if shapes is None:
-            lin, lm = (tuple(info.get("layers") or ()) + ("?", "?"))[:2]
+            blocks, lm = (tuple(info.get("layers") or ()) + ("?", "?"))[:2]
             yield Case(
                 name,
                 False,
-                "attributes linear and lm_head (nn.Linear)",
-                f"linear={lin}, lm_head={lm}",
-                "the layers are not named as the notebook asks (linear, lm_head)",
+                "blocks (an nn.ModuleList of nn.Linear) and lm_head (an nn.Linear)",
+                f"blocks={blocks}, lm_head={lm}",
+                "the grader reads self.blocks and self.lm_head: keep those names and types",
             )
             return
-        if tuple(shapes) != ((C, C), True, (V, C), True):
+        blocks, lm = shapes
+        want = tuple((((C, C), True),) * n), ((V, C), True)
+        if len(blocks) != n:
             yield Case(
                 name,
                 False,
-                f"linear [{C}, {C}] with bias, lm_head [{V}, {C}] no bias",
-                fmt(tuple(shapes)),
-                "linear maps C -> C (with bias); lm_head maps C -> V "
-                "without bias, like the target's",
+                f"{n} residual block(s)",
+                f"{len(blocks)}",
+                f"n_layers={n} asks for {n} residual blocks",
+            )
+            return
+        if (tuple(tuple(b) for b in blocks), tuple(lm)) != (want[0], want[1]):
+            yield Case(
+                name,
+                False,
+                f"blocks [{C}, {C}] with bias, lm_head [{V}, {C}] without",
+                fmt(shapes),
+                "a block maps C -> C (with a bias); lm_head maps C -> V without a bias, like "
+                "the target's",
+            )
+            return
+        if not (info.get("distinct") and info.get("blocks_distinct")):
+            yield Case(
+                f"{name}: every block has its own weights",
+                False,
+                f"{n} blocks, {2 * n + 1} distinct parameter tensors",
+                "blocks that share their weights",
+                "the blocks are one module repeated, so they share their weights: training "
+                "one trains all",
             )
             return
         fresh = as_vector(_step(info, "fresh"))
@@ -158,8 +222,8 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 False,
                 fmt(base[0, 0]),
                 fmt(None if fresh is None else fresh.flatten()[:V]),
-                "a fresh head is not the base head: its residual block is not the "
-                "identity, or lm_head does not start from lm_head_weight",
+                "a fresh head is not the target's own head: every block must start as the "
+                "identity (its weight and its bias) and lm_head as a copy of lm_head_weight",
             )
             return
         yield Case(f"{name}: a fresh head equals the base head", True)
@@ -169,13 +233,13 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 False,
                 "a copy",
                 "the same tensor as the target's lm_head",
-                "lm_head shares the target's tensor: training a head would change the target",
+                "lm_head is the target's own tensor: training the head would change the target",
             )
             return
         weights = _step(info, "weights")
         got = as_vector(_step(info, "random"))
         with torch.no_grad():
-            exp = _reference_head(weights).forward(h).double()
+            exp = _reference_head(weights)(h).double()
         ok = got is not None and got.shape == exp.shape and torch.allclose(got, exp, atol=1e-4)
         yield Case(
             f"{name}: forward with random weights",
@@ -184,9 +248,12 @@ def check_medusa_head(cls) -> Iterator[Case]:
             fmt(None if got is None else got.flatten()[:V]),
             ""
             if ok
-            else "forward differs once the weights are not zero: check where the "
-            "residual adds h back and what lm_head reads",
+            else "forward returned no tensor"
+            if got is None
+            else _diagnose_forward(weights, h, got),
         )
+        if not ok:
+            return
 
 
 # ------------------------------------------------------------------------------------ the loss
@@ -223,19 +290,22 @@ def _diagnose_loss(logits, ids, got: float) -> str:
         return abs(got - x) <= 1e-5 * max(1.0, abs(x))
 
     if close(sum(ce)):
-        return "every head has weight 1: the heads' cross-entropies are not weighted"
+        return "every head has weight 1: the heads further ahead should weigh less"
     if close(sum(0.8 ** (k - 1) * c for k, c in enumerate(ce, 1))):
-        return "the weights are one power of 0.8 off: head 1 (k = 1) has weight 0.8"
+        return "the weights are one power of 0.8 off: the first head's weight is 1 instead of 0.8"
     if close(sum(ce) / K) or close(sum(0.8**k * c for k, c in enumerate(ce, 1)) / K):
-        return "you averaged over the heads: the loss is a weighted sum"
+        return "you averaged over the heads; the loss is a weighted sum"
     if close(_shifted_loss(logits, ids, 0)):
         return (
-            "off by one: each head's labels are shifted one position too little (the "
-            "base head predicts t + 1, head 1 the token after)"
+            "off by one: each head was scored against the token one place too early (head "
+            "1 against what the base head predicts)"
         )
     if close(_shifted_loss(logits, ids, 2)):
-        return "shifted one too far: each head's labels are one position too late"
-    return "wrong loss, and not by a known slip (weights, averaging, a shift by one)"
+        return "off by one: each head was scored against the token one place too late"
+    return (
+        "wrong loss, and not by a known slip (the weights, the shift by one, an average); "
+        "is each head's cross-entropy the mean over exactly its labelled positions?"
+    )
 
 
 @register(
@@ -243,8 +313,9 @@ def _diagnose_loss(logits, ids, got: float) -> str:
     points=3,
     needs="medusa_loss",
     title="the weighted multi-head loss",
-    hint="for one head, write down which token is its label at position t, and which "
-    "positions have a label inside the window; lesson 06, section 1 (the loss), gives the weights",
+    hint="write down, for head 1 and a window of 6 tokens, which positions have a label and "
+    "which token each one must guess; then head k. Lesson 06, section 1 shows the targets on "
+    "a line of Julius Caesar",
 )
 def check_medusa_loss(fn) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(6))
@@ -272,20 +343,22 @@ def check_medusa_loss(fn) -> Iterator[Case]:
             return
 
 
-# ------------------------------------------------------------------------------------ the mask
+# ------------------------------------------------------------------------------------ the bias
 
-TREES = {
-    "a single node": [(0,)],
-    "a chain of three": [(0,), (0, 0), (0, 0, 0)],
-    "two children of the root": [(1,), (0,)],
-    "paths given out of order": [(0, 0, 0), (1,), (0,), (0, 1), (0, 0), (1, 0)],
-    "TREE_SMALL": list(medusa.TREE_SMALL),
-    "TREE_LARGE, reversed": list(reversed(medusa.TREE_LARGE)),
-}
+# (name, paths, prefix length, shuffle the nodes): breadth-first trees first, then trees whose
+# parents come after their children.
+TREES = [
+    ("the root alone, no prefix", [], 0, False),
+    ("a chain of three after 5 cached tokens", [(0,), (0, 0), (0, 0, 0)], 5, False),
+    ("two children of the root, no prefix", [(0,), (1,)], 0, False),
+    ("TREE_SMALL after 10 cached tokens", list(medusa.TREE_SMALL), 10, False),
+    ("a chain listed leaf first", [(0,), (0, 0), (0, 0, 0)], 2, True),
+    ("TREE_LARGE, nodes shuffled, after 7 cached tokens", list(medusa.TREE_LARGE), 7, True),
+]
 
 
 def _random_tree(seed: int) -> list[tuple[int, ...]]:
-    """Paths of a random tree (depth up to 4, up to 3 children a node), in random order."""
+    """Paths of a random tree (depth up to 4, up to 3 children a node)."""
     g = torch.Generator().manual_seed(seed)
     paths, frontier = [], [()]
     while frontier and len(paths) < 24:
@@ -295,72 +368,127 @@ def _random_tree(seed: int) -> list[tuple[int, ...]]:
             paths.append(path)
             if len(path) < 4:
                 frontier.append(path)
-    order = torch.randperm(len(paths), generator=g).tolist()
-    return [paths[i] for i in order]
+    return paths
 
 
-def _diagnose_mask(paths, got: torch.Tensor, exp: torch.Tensor) -> str:
-    if got.shape != exp.shape:
+def _tree_case(paths, shuffle_seed: int | None):
+    """``(parents, mask [T, T], depth [T])`` of the tree, its non-root nodes shuffled."""
+    tb = medusa.build_tree(paths)
+    T = tb.size
+    order = list(range(T))
+    if shuffle_seed is not None and T > 2:
+        g = torch.Generator().manual_seed(shuffle_seed)
+        rest = [1 + int(i) for i in torch.randperm(T - 1, generator=g)]
+        while rest == sorted(rest):  # make sure some parent follows its child
+            rest = [1 + int(i) for i in torch.randperm(T - 1, generator=g)]
+        order = [0, *rest]  # new node i is the breadth-first node order[i]
+    new = {old: i for i, old in enumerate(order)}
+    parents = [-1] + [new[tb.parents[old]] for old in order[1:]]
+    idx = torch.tensor(order)
+    return parents, tb.mask[idx][:, idx], tb.depth[idx]
+
+
+def _diagnose_bias(parents, L, mask, depth, got_mask, got_pos, finite) -> str | None:
+    """What is wrong in a returned ``(bias, positions)``, given its allowed entries ``got_mask``
+    (0 in the bias) and ``finite`` (no value other than 0 and -inf); ``None`` if right."""
+    T = len(parents)
+    if not finite:
         return (
-            f"the mask is [T, T] with T = len(paths) + 1 = {exp.shape[0]}: row and column "
-            "0 are the root"
+            "the bias holds values other than 0 and -inf: an additive bias is 0 where "
+            "attention is allowed and -inf where it is not (a bool mask is not a bias)"
         )
-    if torch.equal(got, exp & ~torch.eye(len(exp), dtype=torch.bool)):
-        return "a node may attend to itself: set the diagonal"
-    if torch.equal(got[:, 1:], exp[:, 1:]) and not got[:, 0].all():
-        return "every node attends to the root (column 0 is all True)"
-    if torch.equal(got, exp.T):
-        return "transposed: row i is the query node, column j the key it may attend to"
-    unsorted = [()] + [tuple(p) for p in paths]
-    if len(unsorted) == len(exp):
-        T = len(unsorted)
-        alt = torch.zeros(T, T, dtype=torch.bool)
-        for i, p in enumerate(unsorted):
-            for d in range(len(p) + 1):
-                if p[:d] in unsorted:
-                    alt[i, unsorted.index(p[:d])] = True
-        if torch.equal(got, alt):
-            return "the nodes are not in the mask's order: sort the paths as the notebook says"
-    if torch.equal(got, exp.tril()) or torch.equal(got, torch.ones_like(exp).tril()):
+    if got_mask.shape != (T, L + T):
         return (
-            "a causal (lower-triangular) mask lets siblings see each other; a node sees "
-            "only its ancestors"
+            f"the bias is [T, prefix_len + T] = [{T}, {L + T}]: one row per node, one column "
+            "per cached position and per node"
         )
-    return (
-        "wrong mask: a node attends to itself and its ancestors only (the root is an "
-        "ancestor of every node)"
-    )
+    if L and not got_mask[:, :L].all():
+        return "a node cannot see the cached prefix: every node attends to all of it"
+    tree = got_mask[:, L:]
+    if not torch.equal(tree, mask):
+        eye = torch.eye(T, dtype=torch.bool)
+        if torch.equal(tree, mask & ~eye):
+            return "a node may attend to itself (the diagonal)"
+        if torch.equal(tree, mask.T):
+            return "transposed: row i is the query node, column j the node it may attend to"
+        if torch.equal(tree, torch.ones(T, T, dtype=torch.bool).tril()):
+            return (
+                "a causal mask lets siblings and cousins see each other; a node sees its "
+                "ancestors only"
+            )
+        if any(parents[i] > i for i in range(T)):
+            return (
+                "wrong on a tree whose parents come after some of their children: the nodes "
+                "are in no particular order here"
+            )
+        return "a node must see exactly itself and its ancestors among the tree's nodes"
+    if got_pos is None or got_pos.shape != depth.shape:
+        return f"positions holds one position id per node: shape [{T}]"
+    if torch.equal(got_pos, (L + depth).double()):
+        return None
+    if torch.equal(got_pos, depth.double()):
+        return "the positions start at 0; the tree comes after the cached prefix"
+    if torch.equal(got_pos, (L + torch.arange(T)).double()):
+        return "the positions follow the node index; a node's position is set by its depth"
+    if not torch.equal(got_pos, (L + depth).double()):
+        return "wrong positions: a node sits as far after the prefix as it is deep"
+    return None
 
 
 @register(
-    "ex06.tree_attention_mask",
+    "ex06.tree_attention_bias",
     points=4,
-    needs="tree_attention_mask",
-    title="the tree attention mask",
-    hint="draw a small tree (lesson 06, section 3): for one node, list the nodes on its path "
-    "to the root; how do you tell from two paths whether one node is an ancestor of the other?",
+    needs="tree_attention_bias",
+    title="the tree pass's attention bias and positions",
+    hint="a node's ancestors are found by following parents up to the root, whatever the "
+    "order of the nodes; its depth is the number of steps. Lesson 06, section 3, says what "
+    "a node may see and where it sits; the bias turns that into numbers the attention adds",
 )
-def check_tree_attention_mask(fn) -> Iterator[Case]:
-    trees = dict(TREES)
+def check_tree_attention_bias(fn) -> Iterator[Case]:
+    trees = list(TREES)
     if fresh_cases():  # the batch grader's: a tree drawn for this run
-        trees["a random tree"] = _random_tree(case_seed(60))
-    for name, paths in trees.items():
-        exp = medusa.tree_attention_mask(paths)
-        got_raw = call(name, fn, [tuple(p) for p in paths])
-        got = as_vector(got_raw)
-        if got is None:
+        trees.append(
+            (
+                "a random tree, nodes shuffled, after 4 cached tokens",
+                _random_tree(case_seed(60)),
+                4,
+                True,
+            )
+        )
+    for i, (name, paths, L, shuffle) in enumerate(trees):
+        parents, mask, depth = _tree_case(paths, case_seed(61 + i) if shuffle else None)
+        raw = call(name, fn, list(parents), L)
+        if not (isinstance(raw, tuple) and len(raw) == 2):
             yield Case(
                 name,
                 False,
-                f"bool tensor {tuple(exp.shape)}",
-                fmt(got_raw),
-                "return a tensor (bool, or 0/1)",
+                "(bias, positions)",
+                fmt(raw),
+                "return a pair: the bias and the positions",
             )
             return
-        got = got != 0
-        ok = got.shape == exp.shape and torch.equal(got, exp)
-        yield Case(
-            name, ok, fmt(exp.int()), fmt(got.int()), "" if ok else _diagnose_mask(paths, got, exp)
+        bias, pos = as_vector(raw[0]), as_vector(raw[1])
+        if bias is None or bias.dim() != 2:
+            yield Case(
+                name,
+                False,
+                f"a float tensor [{len(parents)}, {L + len(parents)}]",
+                fmt(raw[0]),
+                "the bias is a 2-D float tensor",
+            )
+            return
+        finite = bool(((bias == 0) | (bias == float("-inf"))).all()) and raw[0].dtype != torch.bool
+        got_mask = bias == 0
+        exp = torch.zeros(len(parents), L + len(parents)).masked_fill(
+            ~torch.cat([torch.ones(len(parents), L, dtype=torch.bool), mask], dim=1), float("-inf")
         )
-        if not ok:
+        problem = _diagnose_bias(parents, L, mask, depth, got_mask, pos, finite)
+        yield Case(
+            f"{name} (parents {parents})" if len(parents) <= 8 else name,
+            problem is None,
+            f"bias {fmt(exp)}, positions {(L + depth).tolist()}",
+            f"bias {fmt(raw[0])}, positions {fmt(raw[1])}",
+            problem or "",
+        )
+        if problem is not None:
             return
