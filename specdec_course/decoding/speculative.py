@@ -24,12 +24,14 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.nn import functional as F
 
+from .. import devices
 from .._validate import check_int
+from ..devices import check_same_device
 from ..model import CharGPT
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
 from ..verifier import rejection_sample_row
+from .graphs import steps_for
 from .plain import check_prompt
 from .proposer import ModelProposer, as_proposer
 from .stats import SpecStats
@@ -51,6 +53,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     timings: bool = False,
     on_iteration=None,
+    cuda_graphs: bool = False,
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding: the draft proposes ``k`` tokens, the target verifies them at once.
 
@@ -65,6 +68,8 @@ def speculative_generate(
     ``SpecStats.seconds`` (draft, target, verify, rest); ``on_iteration(ids, target_cache,
     draft_cache, accepted)``, if given, is called after every iteration with the committed
     ids so far (``draft_cache`` is the draft model's cache, ``None`` for other proposers).
+    ``cuda_graphs=True`` replays the target's steps and the draft model's as CUDA graphs
+    (``decoding.graphs``; the models must be on a CUDA GPU).
 
     Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
     for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
@@ -72,14 +77,19 @@ def speculative_generate(
     then whatever the proposer draws in ``start`` (the draft model: Gumbel noise
     ``[m, k', V]``).
 
-    Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a draft
-    that is neither a ``CharGPT`` nor a proposer, or a vocabulary that differs.
+    Models, proposer and the returned ids live on the target's device (the prompt may be
+    anywhere). Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a
+    draft that is neither a ``CharGPT`` nor a proposer, a vocabulary or a device that
+    differs, or ``cuda_graphs`` off a CUDA GPU.
     """
     wall0 = time.perf_counter()
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
     if isinstance(draft, CharGPT):
         check_prompt(draft, ids, max_new_tokens, "draft")
-    proposer = as_proposer(draft)
+    proposer = as_proposer(draft, cuda_graphs=cuda_graphs)
+    dev = target.lm_head.weight.device
+    if getattr(proposer, "device", dev) != dev:
+        check_same_device("the draft", proposer.device, "the target", dev)
     V = target.config.vocab_size
     if proposer.vocab_size != V:
         raise ValueError(
@@ -90,7 +100,7 @@ def speculative_generate(
     greedy = smp.greedy
     n = ids.numel()
     end = n + max_new_tokens
-    out = torch.empty(end, dtype=torch.long)
+    out = torch.empty(end, dtype=torch.long, device=dev)
     out[:n] = ids
     stats = SpecStats(k=k)
     if max_new_tokens == 0:
@@ -98,17 +108,17 @@ def speculative_generate(
     k = min(k, max_new_tokens - 1)  # never more drafts than could be kept: k' in the docstring
 
     U = None if greedy else uniform_open_closed((max_new_tokens, k), generator=generator).tolist()
-    R = None if greedy else exp_noise((max_new_tokens, V), generator=generator)
+    R = None if greedy else exp_noise((max_new_tokens, V), generator=generator, device=dev)
     proposer.start(out, n, smp, generator, max_new_tokens, k)
     draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
-    tc = target.new_cache(1)
+    step = steps_for(target, "target", k + 1, cuda_graphs)  # logits of [1, T] new tokens
+    tc = step.cache
     if n > 1:  # prefill everything but the pending last token
         target(out[None, : n - 1], tc)
-    w = target.lm_head.weight
     # The target's input: the pending token followed by the drafts, written in place.
-    feed = torch.empty(1, k + 1, dtype=torch.long)
+    feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)
     drafts = feed[0, 1:]
-    clock = time.perf_counter if timings else None
+    clock = devices.clock(dev) if timings else None
     spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
     it = drafted = rejections = 0
     accepted = stats.accepted_per_iteration
@@ -121,7 +131,7 @@ def speculative_generate(
             kk, q = proposer.propose(out, n, kk, drafts)
         t1 = clock() if clock else 0.0
         # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
-        logits = F.linear(target.decode_hidden(feed[:, : kk + 1], tc)[0], w)
+        logits = step(feed[:, : kk + 1])
         t2 = clock() if clock else 0.0
         if greedy:
             # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the

@@ -9,6 +9,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from .._validate import check_int
+from ..devices import check_same_device
 from .cache import KVCache
 from .config import GPTConfig
 
@@ -99,6 +100,7 @@ class CharGPT(nn.Module):
         )
         self._fast_params = None
         self._input_table = None
+        self._graphs = None  # CUDA graphs of the cached steps (decoding.graphs), per role
 
     @staticmethod
     def _init_weights(module):
@@ -129,6 +131,11 @@ class CharGPT(nn.Module):
         B, T = idx.shape
         if T < 1:
             raise ValueError("idx must hold at least one token (T >= 1)")
+        w = self.lm_head.weight
+        if idx.device != w.device:
+            check_same_device("idx", idx.device, "the model", w.device)
+        if cache is not None and cache.k.device != w.device:
+            check_same_device("the cache", cache.k.device, "the model", w.device)
         V = self.config.vocab_size
         if idx.min() < 0 or idx.max() >= V:
             raise ValueError(f"idx holds ids outside [0, {V}); encode text with the tokenizer")
@@ -189,16 +196,16 @@ class CharGPT(nn.Module):
 
     def train(self, mode: bool = True):
         # Rebuilt on the next cached call: training changes the weights in place.
-        self._fast_params = self._input_table = None
+        self._fast_params = self._input_table = self._graphs = None
         return super().train(mode)
 
     # Anything that may replace the parameter tensors drops the cached references to them.
     def load_state_dict(self, *args, **kwargs):
-        self._fast_params = self._input_table = None
+        self._fast_params = self._input_table = self._graphs = None
         return super().load_state_dict(*args, **kwargs)
 
     def _apply(self, *args, **kwargs):
-        self._fast_params = self._input_table = None
+        self._fast_params = self._input_table = self._graphs = None
         return super()._apply(*args, **kwargs)
 
     def _collect_fast_params(self):
