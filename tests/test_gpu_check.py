@@ -60,6 +60,9 @@ def test_dry_gpu_check_runs_every_step_and_writes_its_records(tmp_path):
     assert set(speed["results"][0]["methods"]) == {"draft", "ngram"}
     assert speed["results"][0]["medusa"]
     assert json.loads(written[-1].read_text())["files"] == [str(p) for p in written]
+    report = bench.gpu_speedup_report(("draft", "ngram", "medusa"), folder)
+    assert "best at temperature 1.0: draft x" in report and "medusa x" in report
+    assert bench.gpu_speedup_report(directory=tmp_path) == bench.gpu.NO_GPU_RECORD
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a CPU machine")

@@ -42,6 +42,7 @@ __all__ = [
     "DRY_SPEEDUP",
     "run_gpu_check",
     "format_gpu_check",
+    "gpu_speedup_report",
     "load_gpu_check",
 ]
 
@@ -233,6 +234,40 @@ def format_gpu_check(summary: dict) -> str:
         + ", ".join(f"{m} x{v:.2f}" for m, v in summary["best_measured_speedup"].items()),
         "  seconds: " + ", ".join(f"{k_} {v:.0f}" for k_, v in summary["seconds"].items()),
     ]
+    return "\n".join(lines)
+
+
+NO_GPU_RECORD = (
+    "No GPU results are stored yet: this course was built on machines without a GPU. Run "
+    "`bash tools/gpu_check.sh` on a CUDA machine and commit data/results/ to see them here."
+)
+
+
+def gpu_speedup_report(methods=("draft", "ngram"), directory: str | Path | None = None) -> str:
+    """The newest stored GPU speedup record (``bench gpu``) as text, or ``NO_GPU_RECORD``.
+
+    For each temperature: the record's tables (``format_speedup_table``) and the best
+    measured speedup of each of ``methods`` (names of the record's drafts, or "medusa").
+    Lessons 04 and 07 print it, so that a CPU machine shows what a GPU measured.
+    """
+    from .speedup import format_speedup_table, load_gpu_speedup_results
+
+    record = load_gpu_speedup_results(directory)
+    if record is None:
+        return NO_GPU_RECORD
+    lines = [f"{record['machine']} | {record['date']} | {record['command']}"]
+    for res in record["results"]:
+        lines.append(format_speedup_table(res))
+        best = []
+        for m in methods:
+            if m == "medusa":
+                rows = [dict(r, k=r["tree"]) for r in res.get("medusa", [])]
+            else:
+                rows = res["methods"].get(m, [])
+            if rows:
+                top = max(rows, key=lambda r: r["measured_speedup"])
+                best.append(f"{m} x{top['measured_speedup']:.2f} (k = {top['k']})")
+        lines.append(f"best at temperature {res['temperature']}: " + ", ".join(best))
     return "\n".join(lines)
 
 
