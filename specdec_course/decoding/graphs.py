@@ -55,10 +55,7 @@ class EagerSteps:
 def _static_step(model: CharGPT, idx: torch.Tensor, start: torch.Tensor, cache: KVCache):
     """The cached forward over ``idx [1, T]`` at positions ``start + 0 .. T-1`` (``start`` a
     0-d int64 device tensor): logits ``[T, V]``. Fixed shapes only, so it can be captured."""
-    fast = model._fast_params
-    if fast is None:
-        fast = model._fast_params = model._collect_fast_params()
-    layers, wte, wpe, lnf_w, lnf_b, arange, _ = fast
+    layers, wte, wpe, lnf_w, lnf_b, arange, _ = model.fast_params()
     B, T = idx.shape
     C, nh = model.config.n_embd, model.config.n_head
     pos = start + arange[:T]  # [T]

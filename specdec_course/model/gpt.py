@@ -208,6 +208,14 @@ class CharGPT(nn.Module):
         self._fast_params = self._input_table = self._graphs = None
         return super()._apply(*args, **kwargs)
 
+    def fast_params(self) -> tuple:
+        """The parameters of the cached steps, gathered once (``decode_hidden`` and the static
+        steps of ``decoding.graphs`` read them): ``(layers, wte, wpe, lnf_w, lnf_b, arange,
+        causal)``; dropped when the weights may change (``train``, ``load_state_dict``, ``to``)."""
+        if self._fast_params is None:
+            self._fast_params = self._collect_fast_params()
+        return self._fast_params
+
     def _collect_fast_params(self):
         # Plain references to every tensor a cached step reads: a module attribute look-up
         # costs about a microsecond, and a 1-layer draft step makes a dozen of them.
@@ -266,10 +274,7 @@ class CharGPT(nn.Module):
         doubles that. ``table`` (from :meth:`input_table`) replaces the first layer's
         embedding, LayerNorm and query/key/value projection by one row look-up.
         """
-        fast = self._fast_params
-        if fast is None:
-            fast = self._fast_params = self._collect_fast_params()
-        layers, wte, wpe, lnf_w, lnf_b, arange, causal = fast
+        layers, wte, wpe, lnf_w, lnf_b, arange, causal = self.fast_params()
         B, T = idx.shape
         C, nh = self.config.n_embd, self.config.n_head
         start = cache.length
