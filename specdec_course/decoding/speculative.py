@@ -27,9 +27,11 @@ import torch
 from torch.nn import functional as F
 
 from .._validate import check_int
+from ..block_verifier import block_verify_row
 from ..model import CharGPT
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
 from ..verifier import rejection_sample_row
+from .dynamic import check_policy
 from .plain import check_prompt
 from .proposer import ModelProposer, as_proposer
 from .stats import SpecStats
@@ -51,6 +53,8 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     timings: bool = False,
     on_iteration=None,
+    k_policy=None,
+    verify: str = "token",
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding: the draft proposes ``k`` tokens, the target verifies them at once.
 
@@ -65,6 +69,13 @@ def speculative_generate(
     ``SpecStats.seconds`` (draft, target, verify, rest); ``on_iteration(ids, target_cache,
     draft_cache, accepted)``, if given, is called after every iteration with the committed
     ids so far (``draft_cache`` is the draft model's cache, ``None`` for other proposers).
+
+    ``k_policy`` (``decoding.dynamic``: ``HeuristicK``, ``ControllerK``, ...) picks each
+    iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
+    verifies the drafted block jointly (``block_verifier``; Sun et al. 2024) instead of token
+    by token (``"token"``). Both keep the output exact; at temperature 0 both verifiers are
+    the same argmax rule. A proposer with ``observe_target`` is passed the target's hidden
+    states (see ``decoding.proposer``).
 
     Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
     for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
@@ -86,6 +97,9 @@ def speculative_generate(
             f"target and draft must share a vocabulary; got sizes {V} and {proposer.vocab_size}"
         )
     check_int(k, "k (drafts per iteration)")
+    if verify not in ("token", "block"):
+        raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
+    policy = None if k_policy is None else check_policy(k_policy)
     smp = SamplingOptions(temperature, top_k, top_p)
     greedy = smp.greedy
     n = ids.numel()
@@ -100,10 +114,17 @@ def speculative_generate(
     U = None if greedy else uniform_open_closed((max_new_tokens, k), generator=generator).tolist()
     R = None if greedy else exp_noise((max_new_tokens, V), generator=generator)
     proposer.start(out, n, smp, generator, max_new_tokens, k)
+    if policy is not None:
+        policy.start(k)
+    verify_row = block_verify_row if verify == "block" else rejection_sample_row
+    observe = getattr(proposer, "observe_target", None)  # EAGLE-style drafts read features
     draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
     tc = target.new_cache(1)
     if n > 1:  # prefill everything but the pending last token
-        target(out[None, : n - 1], tc)
+        if observe is None:
+            target(out[None, : n - 1], tc)
+        else:
+            observe(target.hidden_states(out[None, : n - 1], tc)[0], 0)
     w = target.lm_head.weight
     # The target's input: the pending token followed by the drafts, written in place.
     feed = torch.empty(1, k + 1, dtype=torch.long)
@@ -116,12 +137,17 @@ def speculative_generate(
     while n < end:
         t0 = clock() if clock else 0.0
         kk = min(k, end - n - 1)  # never draft tokens that could not be kept
+        if policy is not None:
+            kk = max(0, min(kk, policy.next_k()))
         q = None
         if kk:
             kk, q = proposer.propose(out, n, kk, drafts)
         t1 = clock() if clock else 0.0
         # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
-        logits = F.linear(target.decode_hidden(feed[:, : kk + 1], tc)[0], w)
+        hidden = target.decode_hidden(feed[:, : kk + 1], tc)[0]
+        if observe is not None:
+            observe(hidden, n - 1)
+        logits = F.linear(hidden, w)
         t2 = clock() if clock else 0.0
         if greedy:
             # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the
@@ -136,7 +162,7 @@ def speculative_generate(
             new.append(best[a])
         else:
             p = smp.logits(logits).softmax(-1)  # no op before softmax at temperature 1
-            new, a = rejection_sample_row(drafts[:kk], q, p, U[it], R[it])
+            new, a = verify_row(drafts[:kk], q, p, U[it], R[it])
         t3 = clock() if clock else 0.0
         if a:
             out[n : n + a] = drafts[:a]
@@ -147,6 +173,8 @@ def speculative_generate(
         proposer.commit(out, n)
         accepted.append(a)
         rejections += a < kk
+        if policy is not None:
+            policy.update(kk, a)
         drafted += kk
         if on_iteration is not None:
             on_iteration(out[:n], tc, draft_cache, a)
