@@ -100,3 +100,24 @@ def test_bad_batches_raise_clear_errors(tiny):
         speculative_generate_batch(target, draft, torch.tensor([[0, 1]]), 10, k=4)
     with pytest.raises(ValueError, match="verify"):
         speculative_generate_batch(target, draft, torch.tensor([[0, 1]]), 2, verify="tree")
+
+
+def test_the_batch_ceiling_prices_an_iteration_in_one_token_calls():
+    from specdec_course import bench, theory
+
+    calls = {
+        "batch_sizes": [1, 8],
+        "sizes": [1, 2, 3],
+        "target_s": [[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]],
+        "draft_s": [0.0, 0.5],
+    }
+    batch = {"ks": [1, 2], "rows": [{"B": 1, "alpha": 0.8}, {"B": 8, "alpha": 0.8}]}
+    out = bench.batch_ceiling(batch, calls)
+    free, dear = out["rows"]
+    assert free["best_k"] == 2 and free["ceiling"]["2"] == theory.expected_tokens(0.8, 2)
+    assert dear["ceiling"]["1"] == theory.expected_tokens(0.8, 1) / 2.5
+    assert out["crossover_B"] == 8
+    with pytest.raises(ValueError, match="size 4"):
+        bench.batch_ceiling({"ks": [3], "rows": batch["rows"]}, calls)
+    costs = {"sizes": [1, 8], "target_s": [1.0, 1.7], "draft_s": [0.3, 0.4]}
+    assert bench.marginal_cost(costs) == pytest.approx(0.3 + 0.1)

@@ -3,11 +3,14 @@
 ``bench.verifier``: the Triton verifier against the PyTorch reference on a CUDA GPU, against
 the memory roofline (its byte model is in that module's docstring). ``bench.speedup``: plain
 against speculative decoding (and Medusa) on the CPU, beside the theory's predictions.
+``bench.beyond``: dynamic draft length, the batch-size regime and block verification.
 """
 
+from .beyond import *  # noqa: F403
+from .beyond import __all__ as _beyond_all
 from .speedup import *  # noqa: F403
 from .speedup import __all__ as _speedup_all
 from .verifier import *  # noqa: F403
 from .verifier import __all__ as _verifier_all
 
-__all__ = [*_verifier_all, *_speedup_all]
+__all__ = [*_verifier_all, *_speedup_all, *_beyond_all]
