@@ -74,8 +74,7 @@ def speculative_generate(
     iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
     verifies the drafted block jointly (``block_verifier``; Sun et al. 2024) instead of token
     by token (``"token"``). Both keep the output exact; at temperature 0 both verifiers are
-    the same argmax rule. A proposer with ``observe_target`` is passed the target's hidden
-    states (see ``decoding.proposer``).
+    the same argmax rule.
 
     Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
     for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
@@ -117,14 +116,10 @@ def speculative_generate(
     if policy is not None:
         policy.start(k)
     verify_row = block_verify_row if verify == "block" else rejection_sample_row
-    observe = getattr(proposer, "observe_target", None)  # EAGLE-style drafts read features
     draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
     tc = target.new_cache(1)
     if n > 1:  # prefill everything but the pending last token
-        if observe is None:
-            target(out[None, : n - 1], tc)
-        else:
-            observe(target.hidden_states(out[None, : n - 1], tc)[0], 0)
+        target(out[None, : n - 1], tc)
     w = target.lm_head.weight
     # The target's input: the pending token followed by the drafts, written in place.
     feed = torch.empty(1, k + 1, dtype=torch.long)
@@ -144,10 +139,7 @@ def speculative_generate(
             kk, q = proposer.propose(out, n, kk, drafts)
         t1 = clock() if clock else 0.0
         # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
-        hidden = target.decode_hidden(feed[:, : kk + 1], tc)[0]
-        if observe is not None:
-            observe(hidden, n - 1)
-        logits = F.linear(hidden, w)
+        logits = F.linear(target.decode_hidden(feed[:, : kk + 1], tc)[0], w)
         t2 = clock() if clock else 0.0
         if greedy:
             # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the

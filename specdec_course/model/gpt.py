@@ -240,7 +240,6 @@ class CharGPT(nn.Module):
         mask: torch.Tensor | None = None,
         table: torch.Tensor | None = None,
         *,
-        embeds: torch.Tensor | None = None,
         slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The cached forward, **unchecked**: hidden states ``[B, T, n_embd]`` of new tokens.
@@ -262,25 +261,21 @@ class CharGPT(nn.Module):
         doubles that. ``table`` (from :meth:`input_table`) replaces the first layer's
         embedding, LayerNorm and query/key/value projection by one row look-up.
 
-        Two inputs serve other callers. ``embeds`` (``[B, T, n_embd]``) replaces the token
-        look-up (``idx`` is then ignored; positions are still added): an EAGLE-style draft
-        feeds its own input vectors. ``slots`` (int64 ``[B, T]``) writes row ``b``'s keys and
-        values at its own cache positions instead of at ``cache.length ..`` for every row,
-        for batches whose rows hold different lengths (``model.ragged``); ``pos`` (``[B,
-        T]``) and ``mask`` (``[B, 1, T, cache.length + T]``) then say where each row is.
+        ``slots`` (int64 ``[B, T]``) writes row ``b``'s keys and values at its own cache
+        positions instead of at ``cache.length ..`` for every row, for batches whose rows
+        hold different lengths (``model.ragged``); ``pos`` (``[B, T]``) and ``mask`` (``[B,
+        1, T, cache.length + T]``) then say where each row is.
         """
         fast = self._fast_params
         if fast is None:
             fast = self._fast_params = self._collect_fast_params()
         layers, wte, wpe, lnf_w, lnf_b, arange, causal = fast
-        B, T = idx.shape if embeds is None else embeds.shape[:2]
+        B, T = idx.shape
         C, nh = self.config.n_embd, self.config.n_head
         start = cache.length
         end = start + T
         first = None  # layer 0's qkv projection, when the table provides it
-        if embeds is not None:
-            x = embeds + (wpe[start:end] if pos is None else F.embedding(pos, wpe))
-        elif table is not None:
+        if table is not None:
             flat = idx.view(-1) * self.config.block_size + (
                 arange[start:end] if pos is None else pos
             )
