@@ -17,6 +17,7 @@ _SUBMODULES = {
     "sampling",
     "stats",
     "verifier",
+    "block_verifier",
     "kernels",
     "data",
     "model",

@@ -70,6 +70,13 @@ class ModelProposer:
     ``min(its length, n - 1)``: after full acceptance the draft never fed its own last
     draft, which becomes part of the next catch-up.
 
+    ``p_min`` (optional) is a confidence stop (Hugging Face's ``assistant_confidence_threshold``,
+    llama.cpp's ``--draft-p-min``): after drafting token ``j``, stop the proposal if the
+    draft's top probability there was below ``p_min`` (``q``'s maximum; at temperature 0 the
+    softmax of the raw logits). The low-confidence draft is kept (its step is paid for; the
+    target's extra position is nearly free). It depends on the draft's own distributions
+    only, so sampling stays exact; it costs one transfer per draft step.
+
     Steps use the draft's ``input_table`` (its first layer's input work as one look-up).
     Sampling is Gumbel-max over the processed logits, with the noise drawn at ``start`` in
     one block ``[max_new_tokens, k, V]`` (an iteration emits at least one token, so there
@@ -79,8 +86,15 @@ class ModelProposer:
     whole); ``device`` is the model's.
     """
 
-    def __init__(self, model: CharGPT, *, cuda_graphs: bool = False):
+    def __init__(self, model: CharGPT, *, cuda_graphs: bool = False, p_min: float | None = None):
         self.model = check_model(model, "draft")
+        if p_min is not None and not 0.0 <= p_min <= 1.0:
+            raise ValueError(f"p_min must be a probability in [0, 1] or None; got {p_min!r}")
+        if p_min is not None and cuda_graphs:
+            raise ValueError(
+                "p_min (the confidence stop) runs eager steps; use it without cuda_graphs"
+            )
+        self.p_min = p_min
         self.vocab_size = model.config.vocab_size
         self.device = model.lm_head.weight.device
         self.cuda_graphs = cuda_graphs
@@ -124,7 +138,7 @@ class ModelProposer:
     def propose(self, ids, n, k, out):
         if self.steps is not None:
             return self._propose_graphed(ids, n, k, out)
-        model, cache, w_t = self.model, self.cache, self.w_t
+        model, cache, w_t, p_min = self.model, self.cache, self.w_t, self.p_min
         views = self._views(out)
         noise = None if self.noise is None else self.noise[self.calls]
         self.calls += 1
@@ -140,6 +154,9 @@ class ModelProposer:
                 torch.argmax(row, dim=-1, out=slot)
             else:
                 torch.argmax(row + noise[j], dim=-1, out=slot)
+            if p_min is not None and float(row.softmax(-1).amax()) < p_min:
+                k = j + 1  # the confidence stop: this draft is the proposal's last
+                break
             if j + 1 < k:
                 h = model.decode_hidden(nxt, cache, table=table)[0]
         return k, (None if noise is None else self.logits[:k].softmax(-1))

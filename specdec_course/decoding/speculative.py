@@ -27,10 +27,12 @@ import torch
 
 from .. import devices
 from .._validate import check_int
+from ..block_verifier import block_verify_row
 from ..devices import check_same_device
 from ..model import CharGPT
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
 from ..verifier import rejection_sample_row
+from .dynamic import check_policy
 from .graphs import steps_for
 from .plain import check_prompt
 from .proposer import ModelProposer, as_proposer
@@ -54,6 +56,8 @@ def speculative_generate(
     timings: bool = False,
     on_iteration=None,
     cuda_graphs: bool = False,
+    k_policy=None,
+    verify: str = "token",
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding: the draft proposes ``k`` tokens, the target verifies them at once.
 
@@ -70,6 +74,12 @@ def speculative_generate(
     ids so far (``draft_cache`` is the draft model's cache, ``None`` for other proposers).
     ``cuda_graphs=True`` replays the target's steps and the draft model's as CUDA graphs
     (``decoding.graphs``; the models must be on a CUDA GPU).
+
+    ``k_policy`` (``decoding.dynamic``: ``HeuristicK``, ``ControllerK``, ...) picks each
+    iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
+    verifies the drafted block jointly (``block_verifier``; Sun et al. 2024) instead of token
+    by token (``"token"``). Both keep the output exact; at temperature 0 both verifiers are
+    the same argmax rule.
 
     Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
     for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
@@ -96,6 +106,9 @@ def speculative_generate(
             f"target and draft must share a vocabulary; got sizes {V} and {proposer.vocab_size}"
         )
     check_int(k, "k (drafts per iteration)")
+    if verify not in ("token", "block"):
+        raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
+    policy = None if k_policy is None else check_policy(k_policy)
     smp = SamplingOptions(temperature, top_k, top_p)
     greedy = smp.greedy
     n = ids.numel()
@@ -110,6 +123,9 @@ def speculative_generate(
     U = None if greedy else uniform_open_closed((max_new_tokens, k), generator=generator).tolist()
     R = None if greedy else exp_noise((max_new_tokens, V), generator=generator, device=dev)
     proposer.start(out, n, smp, generator, max_new_tokens, k)
+    if policy is not None:
+        policy.start(k)
+    verify_row = block_verify_row if verify == "block" else rejection_sample_row
     draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
     step = steps_for(target, "target", k + 1, cuda_graphs)  # logits of [1, T] new tokens
     tc = step.cache
@@ -126,6 +142,8 @@ def speculative_generate(
     while n < end:
         t0 = clock() if clock else 0.0
         kk = min(k, end - n - 1)  # never draft tokens that could not be kept
+        if policy is not None:
+            kk = max(0, min(kk, policy.next_k()))
         q = None
         if kk:
             kk, q = proposer.propose(out, n, kk, drafts)
@@ -146,7 +164,7 @@ def speculative_generate(
             new.append(best[a])
         else:
             p = smp.logits(logits).softmax(-1)  # no op before softmax at temperature 1
-            new, a = rejection_sample_row(drafts[:kk], q, p, U[it], R[it])
+            new, a = verify_row(drafts[:kk], q, p, U[it], R[it])
         t3 = clock() if clock else 0.0
         if a:
             out[n : n + a] = drafts[:a]
@@ -157,6 +175,8 @@ def speculative_generate(
         proposer.commit(out, n)
         accepted.append(a)
         rejections += a < kk
+        if policy is not None:
+            policy.update(kk, a)
         drafted += kk
         if on_iteration is not None:
             on_iteration(out[:n], tc, draft_cache, a)

@@ -254,6 +254,8 @@ class CharGPT(nn.Module):
         pos: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         table: torch.Tensor | None = None,
+        *,
+        slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The cached forward, **unchecked**: hidden states ``[B, T, n_embd]`` of new tokens.
 
@@ -273,6 +275,11 @@ class CharGPT(nn.Module):
         modules (hooks, attribute look-ups, dropout calls that do nothing in eval mode)
         doubles that. ``table`` (from :meth:`input_table`) replaces the first layer's
         embedding, LayerNorm and query/key/value projection by one row look-up.
+
+        ``slots`` (int64 ``[B, T]``) writes row ``b``'s keys and values at its own cache
+        positions instead of at ``cache.length ..`` for every row, for batches whose rows
+        hold different lengths (``model.ragged``); ``pos`` (``[B, T]``) and ``mask`` (``[B,
+        1, T, cache.length + T]``) then say where each row is.
         """
         layers, wte, wpe, lnf_w, lnf_b, arange, causal = self.fast_params()
         B, T = idx.shape
@@ -294,13 +301,18 @@ class CharGPT(nn.Module):
             # One new token attends to everything cached: no mask. Several: causal, offset.
             mask = None if T == 1 else causal[start:end, :end]
         ck, cv = cache.k, cache.v
+        rows = None if slots is None else torch.arange(B, device=slots.device)[:, None]
         for layer, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(layers):
             if first is None:
                 first = F.linear(F.layer_norm(x, (C,), l1w, l1b), aw, ab)
             qkv = first.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
             first = None
-            ck[layer, :, :, start:end] = qkv[1]  # (B, nh, T, hs), written in place
-            cv[layer, :, :, start:end] = qkv[2]
+            if slots is None:
+                ck[layer, :, :, start:end] = qkv[1]  # (B, nh, T, hs), written in place
+                cv[layer, :, :, start:end] = qkv[2]
+            else:  # row b at its own positions slots[b]: (B, T, nh, hs) by advanced indexing
+                ck[layer][rows, :, slots] = qkv[1].transpose(1, 2)
+                cv[layer][rows, :, slots] = qkv[2].transpose(1, 2)
             y = F.scaled_dot_product_attention(
                 qkv[0], ck[layer, :, :, :end], cv[layer, :, :, :end], attn_mask=mask
             )  # (B, nh, T, hs)
