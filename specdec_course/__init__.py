@@ -17,6 +17,7 @@ _SUBMODULES = {
     "sampling",
     "stats",
     "verifier",
+    "block_verifier",
     "kernels",
     "data",
     "model",
@@ -29,6 +30,7 @@ _SUBMODULES = {
     "bench",
     "cli",
     "paths",
+    "devices",
 }
 
 
@@ -37,6 +39,14 @@ def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'specdec_course' has no attribute {name!r}")
+
+
+def device(name=None):
+    """The device a notebook runs on: CUDA when there is a GPU, else the CPU (see
+    ``devices.device``; ``name`` forces one). Lessons call it once, in one cell."""
+    from .devices import device as _device
+
+    return _device(name)
 
 
 def notebook_setup(seed: int = 0, threads: int = 1) -> None:

@@ -34,6 +34,8 @@ import torch
 
 from . import data as D
 from ._validate import check_int
+from .devices import DeviceLike
+from .devices import device as pick_device
 from .sampling import SamplingOptions, process_logits
 from .stats import round_probs
 
@@ -92,9 +94,11 @@ class NgramDraft:
     counts something else. ``probs(context)`` is the full distribution after a context
     (a str or ids), ``batch_probs`` the same for many; ``start / propose / commit`` are the
     proposer interface of ``decoding.proposer``. ``tables=False`` keeps only the counts (for
-    measuring many orders: ``batch_probs`` works, drafting does not). Raises ValueError for
-    an order below 1, a discount outside (0, 1), or text with characters outside the
-    vocabulary.
+    measuring many orders: ``batch_probs`` works, drafting does not). ``device`` is where
+    the drafting tables live and the ``q`` rows are returned: the target's device (the
+    counting itself runs on the CPU; ``probs`` and ``batch_probs`` return CPU tensors).
+    Raises ValueError for an order below 1, a discount outside (0, 1), text with characters
+    outside the vocabulary, or a device this machine lacks.
     """
 
     def __init__(
@@ -106,8 +110,10 @@ class NgramDraft:
         ids: torch.Tensor | None = None,
         vocab: str = D.VOCAB,
         tables: bool = True,
+        device: DeviceLike = "cpu",
     ):
         t0 = time.perf_counter()
+        self.device = pick_device(device)
         check_int(order, "order (characters of context + 1)")
         if not 0.0 < float(discount) < 1.0:
             raise ValueError(f"discount must lie in (0, 1); got {discount!r}")
@@ -168,11 +174,13 @@ class NgramDraft:
             )
             rows.append(self._dist(lv.ctx, lv.L))
             offset += lv.ctx.size
-        self._base = self._tables_for(round_probs(torch.from_numpy(np.concatenate(rows))))
+        self._base = self._tables_for(
+            round_probs(torch.from_numpy(np.concatenate(rows))), self.device
+        )
         self.q_table = self._base[0]  # float32, exact: multiples of 2^-24
 
     @staticmethod
-    def _tables_for(table: torch.Tensor):
+    def _tables_for(table: torch.Tensor, device: torch.device):
         # What sampling needs per row: the float32 rows the verifier reads, cumulative sums
         # for inverse-CDF draws (exact: every entry is a multiple of 2^-24), the argmax.
         # Cumulative rows as arrays of doubles: bisect on one costs half a microsecond,
@@ -180,7 +188,7 @@ class NgramDraft:
         cum = np.cumsum(table.numpy(), axis=1)
         cum[:, -1] = 1.0
         rows = [array("d", r) for r in cum]
-        return table.float(), rows, table.argmax(-1).tolist()  # float32 rows are exact
+        return table.float().to(device), rows, table.argmax(-1).tolist()  # float32 is exact
 
     def _row(self, code: int, length: int) -> int:
         """Table row of the longest seen suffix of a context (code of its last ``length``
@@ -232,9 +240,9 @@ class NgramDraft:
         if key not in self._processed:
             # Temperature and filters on the n-gram's own log-probabilities, as the target's
             # logits are processed; rounding keeps the sampled distribution exact.
-            logq = self.q_table.clamp_min(1e-38).log()
+            logq = self.q_table.cpu().clamp_min(1e-38).log()
             q = process_logits(logq, smp.temperature, smp.top_k, smp.top_p).double()
-            self._processed[key] = self._tables_for(round_probs(q))
+            self._processed[key] = self._tables_for(round_probs(q), self.device)
             if len(self._processed) > _PROCESSED_CACHE:
                 self._processed.popitem(last=False)
         self._processed.move_to_end(key)
@@ -249,7 +257,9 @@ class NgramDraft:
         if not self.greedy and k > 0:
             # float64 uniforms in [0, 1) for the inverse-CDF draws, one block per call.
             shape = (max(max_new_tokens, 1), k)
-            self.uniforms = torch.rand(shape, dtype=torch.float64, generator=generator).tolist()
+            where = None if generator is None else generator.device
+            u = torch.rand(shape, dtype=torch.float64, generator=generator, device=where)
+            self.uniforms = u.tolist()
         self.calls = 0
 
     def propose(self, ids, n, k, out):

@@ -93,15 +93,32 @@ def uniform_open_closed(shape, *, generator: torch.Generator | None = None, devi
 
     float64, because float32 draws hit exactly 0.0 often enough to matter at scale, and
     ``u <= p(x) / q(x)`` with ``u == 0`` would accept a token the target gives probability 0.
-    ``1 - U[0, 1)`` moves the closed end to 1, where it does no harm.
+    ``1 - U[0, 1)`` moves the closed end to 1, where it does no harm. The draws are made on
+    ``generator``'s device (``device`` when there is none) and returned on ``device``.
     """
-    return 1.0 - torch.rand(shape, dtype=torch.float64, generator=generator, device=device)
+    where = _where(generator, device)
+    u = 1.0 - torch.rand(shape, dtype=torch.float64, generator=generator, device=where)
+    return _deliver(u, device)
 
 
 def exp_noise(shape, *, generator: torch.Generator | None = None, device=None) -> torch.Tensor:
-    """Float32 Exp(1) draws for :func:`exponential_race`, clamped away from 0 (no 0/0)."""
-    e = torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
-    return e.clamp_min_(torch.finfo(torch.float32).tiny)
+    """Float32 Exp(1) draws for :func:`exponential_race`, clamped away from 0 (no 0/0).
+
+    Like :func:`uniform_open_closed`, drawn on ``generator``'s device and returned on
+    ``device``."""
+    e = torch.empty(shape, dtype=torch.float32, device=_where(generator, device))
+    e.exponential_(generator=generator).clamp_min_(torch.finfo(torch.float32).tiny)
+    return _deliver(e, device)
+
+
+def _where(generator: torch.Generator | None, device) -> torch.device | None:
+    # Random numbers are drawn where their generator lives: a seeded CPU generator then
+    # gives the same numbers whatever device the models run on.
+    return device if generator is None else generator.device
+
+
+def _deliver(t: torch.Tensor, device) -> torch.Tensor:
+    return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
 def exponential_race(

@@ -150,7 +150,8 @@ def train(
     Batches are random full windows of ``train_ids``; every ``tc.eval_interval`` steps (and at
     the end) the loss on ``tc.eval_windows`` fixed windows of ``val_ids`` is recorded. With
     ``teacher`` the loss is ``(1 - w) * CE(hard labels) + w * CE(teacher's soft labels)``,
-    ``w = tc.distill_weight``. Same seed, same thread count -> same model.
+    ``w = tc.distill_weight``. Same seed, same thread count -> same model. The model trains
+    on ``train_ids``'s device (``val_ids`` and ``teacher`` must be there too).
 
     Returns a ``TrainResult`` (model in eval mode, history, wall seconds). Raises ValueError
     for mismatched vocabularies or an ``init`` of another shape.
@@ -162,6 +163,8 @@ def train(
     torch.manual_seed(tc.seed)
     gen = torch.Generator().manual_seed(tc.seed)
     model = CharGPT(config)
+    if train_ids.device != model.lm_head.weight.device:  # train where the data lives
+        model.to(train_ids.device)
     if init is not None:
         if init.config != config:
             raise ValueError(f"init has config {init.config}, not {config}")

@@ -65,3 +65,39 @@ def position_chi_squares(
         assert sample.numel() >= min_samples, f"position {j}: only {sample.numel()} samples"
         results.append(chi_square_test(counts(sample, p.shape[1]), p[j].double() / p[j].sum()))
     return results
+
+
+def tiny_model(seed: int, V: int = 3, block_size: int = 12):
+    """A 1-layer ``CharGPT`` over ``V`` symbols with large random weights, so that its
+    next-symbol distributions are far from uniform and differ from context to context: a
+    target or a draft whose exact law over a few symbols is a cheap enumeration."""
+    from specdec_course.model import CharGPT, GPTConfig
+
+    torch.manual_seed(seed)
+    model = CharGPT(GPTConfig(vocab_size=V, block_size=block_size, n_layer=1, n_head=1, n_embd=8))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.8)
+    return model.eval()
+
+
+def exact_sequence_law(model, prompt: torch.Tensor, length: int) -> torch.Tensor:
+    """The model's law of its next ``length`` symbols after ``prompt`` (temperature 1), as a
+    flat float64 vector over the ``V**length`` sequences in lexicographic order."""
+    import itertools
+
+    V = model.config.vocab_size
+    seqs = torch.tensor(list(itertools.product(range(V), repeat=length)))
+    full = torch.cat([prompt.expand(seqs.shape[0], -1), seqs], dim=1)
+    n0 = prompt.numel()
+    with torch.inference_mode():
+        logp = model(full).double().log_softmax(-1)[:, n0 - 1 : -1]  # [N, length, V]
+    return logp.gather(2, seqs[..., None]).squeeze(2).sum(1).exp()
+
+
+def sequence_codes(seqs: torch.Tensor, V: int) -> torch.Tensor:
+    """Rows of symbols as their index in lexicographic order (as ``exact_sequence_law``)."""
+    code = torch.zeros(seqs.shape[0], dtype=torch.long)
+    for c in range(seqs.shape[1]):
+        code = code * V + seqs[:, c]
+    return code

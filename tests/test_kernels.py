@@ -90,6 +90,28 @@ def test_tiled_vocabulary_gives_the_same_tokens(V, block_vocab):
         ref = rejection_sample(drafts, qq, p, uniforms=ins.uniforms, exp_noise=ins.exp_noise)
         for block_rows in (1, 4):
             assert_same(ref, launch(ins, block_rows=block_rows, block_vocab=block_vocab))
+        # The race split over chunks of the vocabulary (small batches on a GPU), combined
+        # by race_combine_kernel: the same first maximum, so the same tokens.
+        for splits in (2, 3, 64):
+            assert_same(ref, launch(ins, block_rows=2, block_vocab=block_vocab, splits=splits))
+
+
+def test_split_race_keeps_the_first_maximum_across_chunks():
+    # Ties between chunks: p uniform and the noise constant give every column the same
+    # score, so the winner must be column 0 (torch.argmax's first maximum), not a later
+    # chunk's first column.
+    B, K, V = 3, 1, 64
+    p = torch.full((B, K + 1, V), 1.0 / V)
+    ins = prepare_inputs(
+        torch.tensor([[5], [7], [-1]]),
+        None,
+        p,
+        uniforms=torch.ones(B, K, dtype=torch.float64),
+        exp_noise=torch.ones(B, V),
+    )
+    ref = rejection_sample(*ins[:3], uniforms=ins.uniforms, exp_noise=ins.exp_noise)
+    for splits in (1, 4, 8):
+        assert_same(ref, launch(ins, block_rows=1, block_vocab=8, splits=splits))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
@@ -181,12 +203,30 @@ def test_launch_rejects_block_sizes_that_are_not_powers_of_two():
     drafts, q, p = ragged_batch(4, 2, 16, seed=0)
     with pytest.raises(ValueError, match="block_vocab"):
         launch(prepare_inputs(drafts, q, p), block_rows=1, block_vocab=12)
+    with pytest.raises(ValueError, match="splits"):
+        launch(prepare_inputs(drafts, q, p), block_rows=1, block_vocab=8, splits=0)
 
 
 def test_interpreter_launch_config_keeps_programs_few():
-    rows, vocab = launch_config(100_000, 16, torch.device("cpu"))
-    assert vocab == 16 and 100_000 / rows <= 100
-    assert launch_config(3, 8193, torch.device("cuda")) == (1, 4096)
+    rows, vocab, splits = launch_config(100_000, 16, torch.device("cpu"))
+    assert vocab == 16 and 100_000 / rows <= 100 and splits == 1
+
+
+def test_gpu_launch_config_splits_small_batches_and_not_large_ones():
+    # On a GPU (132 multiprocessors assumed without one): one row per program; a small
+    # batch spreads each row over chunks until there are ~4 programs per multiprocessor,
+    # a large one fills the GPU by itself.
+    cuda = torch.device("cuda")
+    for B in (1, 8, 32, 64, 128):
+        for V in (65, 32000, 128256):
+            rows, block, S = launch_config(B, V, cuda)
+            assert rows == 1 and block & (block - 1) == 0 and block <= 4096
+            assert 1 <= S <= -(-V // block)
+            if V >= 32000 and B <= 8:
+                assert S > 1
+    assert launch_config(1, 128256, cuda)[2] * 1 >= 100
+    assert launch_config(128, 128256, cuda)[2] <= 8
+    assert launch_config(3, 65, cuda) == (1, 128, 1)
 
 
 # --------------------------------------------------------------------------- seeds

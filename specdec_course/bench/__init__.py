@@ -2,12 +2,18 @@
 
 ``bench.verifier``: the Triton verifier against the PyTorch reference on a CUDA GPU, against
 the memory roofline (its byte model is in that module's docstring). ``bench.speedup``: plain
-against speculative decoding (and Medusa) on the CPU, beside the theory's predictions.
+against speculative decoding (and Medusa), beside the theory's predictions. ``bench.gpu``:
+both on a GPU in one check (``specdec-course bench gpu``), stored for machines without one.
+``bench.beyond``: dynamic draft length, the batch-size regime and block verification.
 """
 
+from .beyond import *  # noqa: F403
+from .beyond import __all__ as _beyond_all
+from .gpu import *  # noqa: F403
+from .gpu import __all__ as _gpu_all
 from .speedup import *  # noqa: F403
 from .speedup import __all__ as _speedup_all
 from .verifier import *  # noqa: F403
 from .verifier import __all__ as _verifier_all
 
-__all__ = [*_verifier_all, *_speedup_all]
+__all__ = [*_verifier_all, *_speedup_all, *_gpu_all, *_beyond_all]

@@ -1,10 +1,16 @@
-"""The CPU speedup benchmark (``specdec-course bench speedup``): measured ratios in one run.
+"""The speedup benchmark (``specdec-course bench speedup``): measured ratios in one run.
 
 Plain decoding and speculative decoding (and Medusa) decode the same fixed validation prompts
 in alternation, batch 1, one thread, so that machine load hits every method alike; each
 speedup is a ratio of medians measured in the same run, printed beside what Theorem 3.8
 predicts from the measured acceptance rate and draft cost, and beside the cost-aware ceiling
 that prices the (k + 1)-token target call at its measured cost.
+
+The models' device decides where it runs: on a GPU every interval is read after waiting for
+the queued work (``devices.clock``), a first untimed round captures any CUDA graphs, and
+``cuda_graphs=True`` replays plain decoding's and the draft methods' steps as graphs
+(Medusa's tree pass stays eager). The CPU record is ``speedup_cpu.json``; a GPU's is
+``speedup-<gpu>-<date>.json`` (``load_gpu_speedup_results``).
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from pathlib import Path
 
 import torch
 
+from .. import devices
 from ..paths import results_dir
+from .records import newest_record
 
 __all__ = [
     "SPEEDUP_KS",
@@ -32,37 +40,61 @@ __all__ = [
     "plot_time_split",
     "save_speedup_results",
     "load_speedup_results",
+    "load_gpu_speedup_results",
 ]
 
 
 def save_speedup_results(
-    forward_costs: dict, results: list[dict], command: str, out: str | Path | None = None
+    forward_costs: dict,
+    results: list[dict],
+    command: str,
+    out: str | Path | None = None,
+    *,
+    device: torch.device | str = "cpu",
+    name: str | None = None,
 ) -> list[Path]:
     """Write the ``bench speedup`` record as JSON, and its time-split figure as PNG.
 
-    Files ``speedup_cpu.json`` (costs, tables, machine, date; lessons 04 and 07 read it) and
-    ``speedup_cpu.png`` in ``out`` (default ``data/results/``). Returns their paths.
+    Files ``<name>.json`` (costs, tables, machine, date; lessons 04 and 07 read them) and
+    ``<name>.png`` in ``out`` (default ``data/results/``). ``name`` defaults to
+    ``speedup_cpu`` on a CPU and ``speedup-<gpu>-<date>`` for a CUDA ``device``, whose name
+    and torch and triton versions the record then gives as its machine. Returns the paths.
     """
     import platform
 
     import matplotlib
+
+    from .records import machine_name, record_stem
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out_dir = Path(out) if out else results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "speedup_cpu.json"
+    dev = torch.device(device)
+    if name is None:
+        name = (
+            "speedup_cpu" if dev.type == "cpu" else record_stem("speedup", machine_name(dev)).name
+        )
+    path = out_dir / f"{name}.json"
+    if dev.type == "cuda":
+        import triton
+
+        machine = f"{machine_name(dev)}, torch {torch.__version__}, triton {triton.__version__}"
+    else:
+        machine = (
+            f"{platform.processor() or platform.machine()}, "
+            f"{torch.get_num_threads()} thread, torch {torch.__version__}"
+        )
     payload = {
         "command": command,
-        "machine": f"{platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} thread, torch {torch.__version__}",
+        "machine": machine,
         "date": _dt.date.today().isoformat(),
         "forward_costs": forward_costs,
         "results": results,
     }
     path.write_text(json.dumps(payload, indent=1))
-    png = out_dir / "speedup_cpu.png"
+    png = out_dir / f"{name}.png"
     fig = plot_time_split(results)
     fig.savefig(png, dpi=100)
     plt.close(fig)
@@ -75,11 +107,11 @@ FORWARD_SIZES = (1, 2, 4, 8, 16)  # the sizes `bench speedup` prints
 
 def _forward_timer(model, n_new: int, context: int):
     """A function that runs one cached forward over ``n_new`` tokens and returns seconds."""
-    import time
-
+    dev = model.lm_head.weight.device
+    clock = devices.clock(dev)
     ids = torch.randint(
         model.config.vocab_size, (1, context + n_new), generator=torch.Generator().manual_seed(0)
-    )
+    ).to(dev)
     cache = model.new_cache(1)
     with torch.inference_mode():
         model(ids[:, :context], cache)
@@ -88,9 +120,9 @@ def _forward_timer(model, n_new: int, context: int):
     @torch.inference_mode()
     def once() -> float:
         cache.crop(context)
-        t0 = time.perf_counter()
+        t0 = clock()
         model.decode_hidden(new, cache)
-        return time.perf_counter() - t0
+        return clock() - t0
 
     return once
 
@@ -192,6 +224,7 @@ def measure_speedup(
     max_new_tokens: int = 200,
     seed: int = 0,
     progress: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict:
     """Plain decoding against every draft and k (and Medusa's trees), in one run.
 
@@ -206,26 +239,31 @@ def measure_speedup(
     (Theorem 3.8's expected tokens, with the (k + 1)-token target call and the drafted tokens
     priced at what the loop measured them to cost); the measured speedup and measured /
     cost-aware (what the loop's own work, verification and bookkeeping, leaves); and the
-    per-iteration time split (draft, target, verify, rest).
+    per-iteration time split (draft, target, verify, rest). The prompts may live anywhere;
+    the methods run on the target's device (see the module docstring for GPUs and
+    ``cuda_graphs``), and the result records ``device`` and ``cuda_graphs``.
     """
-    import time
-
     from ..decoding import SpecStats, generate, speculative_generate
     from ..medusa import medusa_generate
 
     ks = list(ks)
     names = list(drafts)
+    dev = target.lm_head.weight.device
+    clock = devices.clock(dev)
+    graphs = {"cuda_graphs": cuda_graphs}
     base_t: list[float] = []
     spec_t = {(m, k): [] for m in names for k in ks}
     agg = {(m, k): SpecStats(k=k) for m in names for k in ks}
     tree_names = list(trees) if medusa_heads is not None else []
     med_t = {t: [] for t in tree_names}
     med_agg: dict = {}
-    bar = range(repeats)
+    # On a GPU a first round is not timed: it captures graphs and warms up cuBLAS.
+    rounds = range(-1 if dev.type == "cuda" else 0, repeats)
+    bar = rounds
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(bar, desc=f"speedup T={temperature}")
+        bar = tqdm(rounds, desc=f"speedup T={temperature}")
     for rep in bar:
         tb = 0.0
         ts = dict.fromkeys(spec_t, 0.0)
@@ -236,12 +274,14 @@ def measure_speedup(
             def gen(s=run_seed):
                 return torch.Generator().manual_seed(s)
 
-            t0 = time.perf_counter()
-            generate(target, prompt, max_new_tokens, temperature=temperature, generator=gen())
-            tb += time.perf_counter() - t0
+            t0 = clock()
+            generate(
+                target, prompt, max_new_tokens, temperature=temperature, generator=gen(), **graphs
+            )
+            tb += clock() - t0
             for key in spec_t:
                 name, k = key
-                t0 = time.perf_counter()
+                t0 = clock()
                 _, st = speculative_generate(
                     target,
                     drafts[name],
@@ -251,11 +291,13 @@ def measure_speedup(
                     temperature=temperature,
                     generator=gen(),
                     timings=True,
+                    **graphs,
                 )
-                ts[key] += time.perf_counter() - t0
-                agg[key].add(st)
+                ts[key] += clock() - t0
+                if rep >= 0:
+                    agg[key].add(st)
             for tree in tree_names:
-                t0 = time.perf_counter()
+                t0 = clock()
                 _, st = medusa_generate(
                     target,
                     medusa_heads,
@@ -266,8 +308,11 @@ def measure_speedup(
                     generator=gen(),
                     timings=True,
                 )
-                tm[tree] += time.perf_counter() - t0
-                med_agg.setdefault(tree, st.__class__(k=st.k, tree_size=st.tree_size)).add(st)
+                tm[tree] += clock() - t0
+                if rep >= 0:
+                    med_agg.setdefault(tree, st.__class__(k=st.k, tree_size=st.tree_size)).add(st)
+        if rep < 0:
+            continue  # the warm-up round
         base_t.append(tb)
         for key in spec_t:
             spec_t[key].append(ts[key])
@@ -276,6 +321,8 @@ def measure_speedup(
     base = statistics.median(base_t)
     per_token = sum(base_t) / (repeats * len(prompts) * max_new_tokens)
     result = {
+        "device": str(dev),
+        "cuda_graphs": cuda_graphs,
         "temperature": temperature,
         "max_new_tokens": max_new_tokens,
         "prompts": len(prompts),
@@ -316,8 +363,9 @@ def best_row(result: dict, method: str) -> dict:
 
 def format_speedup_table(result: dict) -> str:
     """The result of :func:`measure_speedup` as text tables, one per draft."""
+    graphed = ", CUDA graphs" if result.get("cuda_graphs") else ""
     lines = [
-        f"temperature {result['temperature']}: plain decoding "
+        f"temperature {result['temperature']}{graphed}: plain decoding "
         f"{result['plain_token_s'] * 1e6:.0f} us per character "
         f"({result['prompts']} prompts x {result['max_new_tokens']} characters, "
         f"median of {result['repeats']})"
@@ -378,7 +426,8 @@ def plot_time_split(results, methods=None):
             plain = [r["tokens_per_target_call"] * result["plain_token_s"] * 1e6 for r in rows]
             ax.plot(xs, plain, "k_", markersize=16, mew=2, label="plain, same characters")
             ax.set_xticks(xs)
-            ax.set(title=f"{name}, temperature {result['temperature']}", xlabel="k")
+            graphed = ", CUDA graphs" if result.get("cuda_graphs") else ""
+            ax.set(title=f"{name}, temperature {result['temperature']}{graphed}", xlabel="k")
             ax.set_ylabel("microseconds per iteration")
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
@@ -391,3 +440,9 @@ def load_speedup_results(directory: str | Path | None = None) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; run: specdec-course bench speedup --method all")
     return json.loads(path.read_text())
+
+
+def load_gpu_speedup_results(directory: str | Path | None = None) -> dict | None:
+    """The newest stored GPU ``speedup-<gpu>-<date>.json`` record, or None if none is stored."""
+    path = newest_record("speedup", directory)
+    return None if path is None else json.loads(path.read_text())

@@ -2,8 +2,11 @@
 
 It times the Triton verifier (``kernels.rejection_sample_triton``'s kernels)
 against the PyTorch reference (``verifier.rejection_sample_prepared``) on a CUDA GPU with
-``triton.testing.do_bench`` over B in {1, 8, 64, 256}, K in {1, 4, 8} and V in {32000, 128256},
-and reports the bandwidth each achieves against the GPU's peak memory bandwidth.
+``triton.testing.do_bench`` over B in {1, 8, 32, 64, 128}, K in {1, 4, 8} and V in {65,
+32000, 128256} (the course's characters, Llama 2's and Llama 3's vocabularies), and reports
+the bandwidth each achieves against the GPU's peak memory bandwidth. FlashInfer's
+``chain_speculative_sampling``, where it is installed, is timed on the same inputs by
+``bench.flashinfer`` (``bench gpu`` merges its times into the cases).
 
 Byte model (what a verifier must read, whatever its implementation). The work is memory
 bound: a handful of flops per byte. Per row with ``n`` drafts, ``m`` accepted and a vocabulary
@@ -14,6 +17,9 @@ of ``V`` (``s`` bytes per probability, 4 for float32):
 - race, at position ``m`` only: the target row ``V * s``, the noise row ``V * 4``, and the
   draft row ``V * s`` when draft ``m`` was rejected (the bonus needs no draft row);
 - writes: ``(K + 1) * 8`` bytes of token ids and 8 bytes of ``num_accepted``.
+
+(A race split over ``S`` programs also writes and reads ``16 S`` bytes of winners per row:
+a few hundred bytes against a row of ``V`` floats, left out of the model.)
 
 A row therefore moves about ``3 V s`` bytes after a rejection and ``2 V s`` after a full
 accept, never ``K V`` : the verifier reads one vocabulary row per batch row, not one per
@@ -29,13 +35,12 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from ..paths import results_dir
+from .records import newest_record, record_stem
 
 __all__ = [
     "VerifierCase",
@@ -44,6 +49,7 @@ __all__ = [
     "DRAFTS",
     "VOCABS",
     "QUICK",
+    "DRY",
     "verifier_bytes",
     "peak_bandwidth_gbps",
     "run_verifier_sweep",
@@ -54,10 +60,12 @@ __all__ = [
     "roofline_floor_us",
 ]
 
-BATCHES = (1, 8, 64, 256)
+BATCHES = (1, 8, 32, 64, 128)
 DRAFTS = (1, 4, 8)
-VOCABS = (32000, 128256)
-QUICK = {"batches": (1, 64, 256), "drafts": (4,), "vocabs": (32000, 128256)}
+VOCABS = (65, 32000, 128256)
+QUICK = {"batches": (1, 64, 128), "drafts": (4,), "vocabs": (32000, 128256)}
+# The dry run of `bench gpu` on a CPU: the same pipeline under the interpreter, tiny sizes.
+DRY = {"batches": (1, 3), "drafts": (1, 2), "vocabs": (65, 300)}
 
 BYTE_MODEL = (
     "per row: verify reads id (8 B) + uniform (8 B) + p(x) + q(x) at each examined position; "
@@ -103,6 +111,8 @@ class VerifierCase:
     torch_gbps: float
     triton_peak_fraction: float | None  # of the GPU's peak memory bandwidth
     mean_accepted: float
+    splits: int = 1  # programs per row in the race (kernels.launch_config)
+    flashinfer_us: float | None = None  # chain_speculative_sampling, where installed
 
 
 def verifier_bytes(
@@ -168,16 +178,17 @@ def run_verifier_sweep(
     progress: bool = True,
     device: str = "cuda",
     timer=None,
+    timer_name: str = "stand-in timer",
 ) -> tuple[list[VerifierCase], dict]:
     """Time Triton against PyTorch; return ``(cases, metadata)``.
 
     Inputs are checked and their random numbers drawn once, outside the timed region, so
     both sides time exactly the sampling (``kernels.launch`` against
     ``verifier.rejection_sample_prepared``); tokens are compared before timing. ``timer``
-    (a function of a callable returning milliseconds) defaults to
-    ``triton.testing.do_bench`` (median); ``device="cpu"`` with a stand-in timer exercises
-    the pipeline under the interpreter (tests do this). Raises ``ValueError`` when
-    ``device`` is ``"cuda"`` and there is no CUDA device.
+    (a function of a callable returning milliseconds, described by ``timer_name``) defaults
+    to ``triton.testing.do_bench`` (median); ``device="cpu"`` with a stand-in timer exercises
+    the pipeline under the interpreter (tests and the dry run of ``bench gpu`` do this).
+    Raises ``ValueError`` when ``device`` is ``"cuda"`` and there is no CUDA device.
     """
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError(
@@ -189,7 +200,7 @@ def run_verifier_sweep(
     from ..kernels import launch, launch_config
     from ..verifier import rejection_sample_prepared
 
-    timer_doc = "stand-in timer"
+    timer_doc = timer_name
     if timer is None:
         from triton.testing import do_bench
 
@@ -205,16 +216,18 @@ def run_verifier_sweep(
         for K in drafts:
             for B in batches:
                 ins = _make_inputs(B, K, V, device, seed)
-                br, bv = launch_config(B, V, ins.target_probs.device)
+                br, bv, S = launch_config(B, V, ins.target_probs.device)
                 ref = rejection_sample_prepared(ins)
-                got = launch(ins, block_rows=br, block_vocab=bv)
+                got = launch(ins, block_rows=br, block_vocab=bv, splits=S)
                 if not (
                     torch.equal(ref.token_ids, got.token_ids)
                     and torch.equal(ref.num_accepted, got.num_accepted)
                 ):
                     raise RuntimeError(f"Triton and PyTorch disagree at B={B}, K={K}, V={V}")
                 t_tri = timer(
-                    lambda ins=ins, br=br, bv=bv: launch(ins, block_rows=br, block_vocab=bv)
+                    lambda ins=ins, br=br, bv=bv, S=S: launch(
+                        ins, block_rows=br, block_vocab=bv, splits=S
+                    )
                 )
                 t_ref = timer(lambda ins=ins: rejection_sample_prepared(ins))
                 nbytes = verifier_bytes(
@@ -237,13 +250,15 @@ def run_verifier_sweep(
                     torch_gbps=nbytes / (t_ref * 1e-3) / 1e9,
                     triton_peak_fraction=None if peak is None else tri_gbps / peak,
                     mean_accepted=float(ref.num_accepted.float().mean()),
+                    splits=S,
                 )
                 cases.append(case)
                 if progress:
+                    frac = "" if peak is None else f" ({case.triton_peak_fraction:.0%} of peak)"
                     print(
                         f"B={B:4d} K={K} V={V:6d}: triton {case.triton_us:8.1f} us, "
                         f"torch {case.torch_us:8.1f} us, x{case.speedup:5.2f}, "
-                        f"{case.triton_gbps:7.1f} GB/s",
+                        f"{case.triton_gbps:7.1f} GB/s{frac}",
                         flush=True,
                     )
                 del ins, ref, got
@@ -262,17 +277,17 @@ def run_verifier_sweep(
     return cases, meta
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
 def save_verifier_results(
     cases: list[VerifierCase], meta: dict, out_dir: str | Path | None = None
 ) -> dict[str, Path]:
     """Write ``verifier-<gpu>-<date>.{json,csv,png}`` to ``out_dir`` (default data/results)."""
-    out = Path(out_dir) if out_dir else results_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"verifier-{_slug(meta['gpu'])}-{meta['date']}"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stem = record_stem("verifier", meta["gpu"], out_dir, meta["date"])
+    stem.parent.mkdir(parents=True, exist_ok=True)
     paths = {
         "json": stem.with_suffix(".json"),
         "csv": stem.with_suffix(".csv"),
@@ -286,16 +301,16 @@ def save_verifier_results(
         w.writerows(rows)
     fig = plot_verifier_results(cases, meta)
     fig.savefig(paths["png"], dpi=120, bbox_inches="tight")
+    plt.close(fig)
     return paths
 
 
 def load_verifier_results(directory: str | Path | None = None):
     """The newest stored ``verifier-*.json`` as ``(cases, meta)``, or ``None`` if none."""
-    d = Path(directory) if directory else results_dir()
-    files = sorted(d.glob("verifier-*.json"), key=lambda p: (p.stem[-10:], p.name))
-    if not files:
+    path = newest_record("verifier", directory)
+    if path is None:
         return None
-    data = json.loads(files[-1].read_text())
+    data = json.loads(path.read_text())
     return [VerifierCase(**c) for c in data["cases"]], data["meta"]
 
 
@@ -310,8 +325,17 @@ def plot_verifier_results(cases: list[VerifierCase], meta: dict):
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    for V, marker in zip(sorted({c.V for c in cases}), "os^"):
+    for V, marker in zip(sorted({c.V for c in cases}), "os^v"):
         sel = [c for c in cases if c.V == V]
+        fi = [c for c in sel if c.flashinfer_us]
+        if fi:
+            ax1.scatter(
+                [c.bytes for c in fi],
+                [c.bytes / (c.flashinfer_us * 1e-6) / 1e9 for c in fi],
+                marker=marker,
+                color="C2",
+                label=f"FlashInfer, V={V}",
+            )
         ax1.scatter(
             [c.bytes for c in sel],
             [c.triton_gbps for c in sel],
@@ -338,11 +362,24 @@ def plot_verifier_results(cases: list[VerifierCase], meta: dict):
         title=f"Verifier on {meta['gpu']}",
     )
     ax1.legend(fontsize=7)
-    labels = [f"B{c.B} K{c.K}\nV{c.V // 1000}k" for c in cases]
-    ax2.bar(range(len(cases)), [c.speedup for c in cases], color="C0")
+    labels = [
+        f"B{c.B} K{c.K}\nV{c.V // 1000}k" if c.V >= 1000 else f"B{c.B} K{c.K}\nV{c.V}"
+        for c in cases
+    ]
+    ax2.bar(range(len(cases)), [c.speedup for c in cases], color="C0", label="over PyTorch")
+    if any(c.flashinfer_us for c in cases):
+        ax2.scatter(
+            range(len(cases)),
+            [c.flashinfer_us / c.triton_us if c.flashinfer_us else float("nan") for c in cases],
+            color="C2",
+            marker="_",
+            s=80,
+            label="over FlashInfer",
+        )
+        ax2.legend(fontsize=7)
     ax2.axhline(1.0, color="k", lw=1)
     ax2.set_xticks(range(len(cases)), labels, fontsize=6, rotation=90)
-    ax2.set(ylabel="PyTorch time / Triton time", title="Speedup of the Triton verifier")
+    ax2.set(ylabel="their time / Triton time", yscale="log", title="Speedup of the Triton verifier")
     fig.tight_layout()
     return fig
 

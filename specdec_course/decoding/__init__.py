@@ -8,9 +8,11 @@ recovered or bonus token; the output is distributed exactly as ``generate``'s (a
 temperature 0 it is the same tokens). ``SpecStats`` counts what a call did.
 
 Modules: ``plain`` (generate, the prompt check), ``proposer`` (the interface, the draft
-model, ``audit_proposer``), ``speculative`` (the loop), ``stats`` (``SpecStats``).
+model, ``audit_proposer``), ``speculative`` (the loop), ``stats`` (``SpecStats``),
+``dynamic`` (how many tokens to draft: ``HeuristicK``, ``ControllerK``).
 """
 
+from .dynamic import ControllerK, HeuristicK, KPolicy
 from .plain import caches_consistent, check_prompt, generate
 from .proposer import ModelProposer, Proposer, as_proposer, audit_proposer
 from .speculative import speculative_generate
@@ -26,4 +28,7 @@ __all__ = [
     "ModelProposer",
     "as_proposer",
     "audit_proposer",
+    "KPolicy",
+    "HeuristicK",
+    "ControllerK",
 ]

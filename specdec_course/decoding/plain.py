@@ -10,6 +10,7 @@ from torch.nn import functional as F
 from .._validate import check_int
 from ..model import CharGPT, KVCache, check_model
 from ..sampling import SamplingOptions, exp_noise
+from .graphs import steps_for
 
 __all__ = ["check_prompt", "generate", "caches_consistent", "next_logits", "all_logits", "gumbel"]
 
@@ -88,28 +89,36 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
+    cuda_graphs: bool = False,
 ) -> torch.Tensor:
     """Plain autoregressive decoding with the KV cache: one model call per new token.
 
-    ``prompt_ids``: 1-D int64 ids (non-empty). Each new token is sampled from the model's
-    next-token distribution after temperature, top-k and top-p (as
-    ``sampling.process_logits``; ``temperature=0`` is greedy and draws no random numbers).
-    Returns the 1-D sequence ``prompt + max_new_tokens`` new ids. Raises ValueError for an
-    empty or out-of-vocabulary prompt, bad options, or a total length beyond the model's
-    block size.
+    ``prompt_ids``: 1-D int64 ids (non-empty), on any device. Each new token is sampled from
+    the model's next-token distribution after temperature, top-k and top-p (as
+    ``sampling.process_logits``; ``temperature=0`` is greedy and draws no random numbers),
+    with Gumbel noise drawn from ``generator`` on its own device (a CPU generator gives the
+    same noise whatever device the model is on). ``cuda_graphs=True`` replays each step as
+    a CUDA graph (``decoding.graphs``; the model must be on a CUDA GPU). Returns the 1-D
+    sequence ``prompt + max_new_tokens`` new ids on the model's device. Raises ValueError
+    for an empty or out-of-vocabulary prompt, bad options, a total length beyond the
+    model's block size, or ``cuda_graphs`` with a model that is not on a CUDA GPU.
     """
     ids = check_prompt(model, prompt_ids, max_new_tokens)
     smp = SamplingOptions(temperature, top_k, top_p)
+    dev = model.lm_head.weight.device
     n0 = ids.numel()
     end = n0 + max_new_tokens
-    out = torch.empty(end, dtype=torch.long)
+    out = torch.empty(end, dtype=torch.long, device=dev)
     out[:n0] = ids
     if max_new_tokens == 0:
         return out
     V = model.config.vocab_size
-    noise = None if smp.greedy else gumbel(exp_noise((max_new_tokens, V), generator=generator))
-    cache = model.new_cache(1)
-    logits = model(ids[None], cache)[0, -1]
+    noise = None
+    if not smp.greedy:
+        noise = gumbel(exp_noise((max_new_tokens, V), generator=generator, device=dev))
+    steps = steps_for(model, "target", 1, cuda_graphs) if cuda_graphs else None
+    cache = model.new_cache(1) if steps is None else steps.cache
+    logits = model(out[None, :n0], cache)[0, -1]
     for i in range(n0, end):
         if smp.greedy:
             torch.argmax(logits, dim=-1, keepdim=True, out=out[i : i + 1])
@@ -118,7 +127,10 @@ def generate(
                 smp.logits(logits) + noise[i - n0], dim=-1, keepdim=True, out=out[i : i + 1]
             )
         if i + 1 < end:
-            logits = next_logits(model, out[i : i + 1][None], cache)
+            if steps is None:
+                logits = next_logits(model, out[i : i + 1][None], cache)
+            else:
+                logits = steps(out[i : i + 1][None])[0]
     return out
 
 
@@ -128,7 +140,7 @@ def caches_consistent(
     """True when ``cache`` holds exactly the keys/values of a fresh run over ``ids[:length]``."""
     fresh = model.new_cache(1)
     with torch.inference_mode():
-        model(ids[None, : cache.length], fresh)
+        model(ids[None, : cache.length].to(fresh.k.device), fresh)
     L = cache.length
     return torch.allclose(cache.k[..., :L, :], fresh.k[..., :L, :], atol=atol) and torch.allclose(
         cache.v[..., :L, :], fresh.v[..., :L, :], atol=atol

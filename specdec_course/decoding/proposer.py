@@ -32,6 +32,7 @@ import torch
 
 from ..model import CharGPT, check_model
 from ..sampling import SamplingOptions, exp_noise
+from .graphs import check_cuda_graphs, steps_for
 from .plain import gumbel
 
 __all__ = ["Proposer", "ModelProposer", "as_proposer", "audit_proposer"]
@@ -69,28 +70,51 @@ class ModelProposer:
     ``min(its length, n - 1)``: after full acceptance the draft never fed its own last
     draft, which becomes part of the next catch-up.
 
+    ``p_min`` (optional) is a confidence stop (Hugging Face's ``assistant_confidence_threshold``,
+    llama.cpp's ``--draft-p-min``): after drafting token ``j``, stop the proposal if the
+    draft's top probability there was below ``p_min`` (``q``'s maximum; at temperature 0 the
+    softmax of the raw logits). The low-confidence draft is kept (its step is paid for; the
+    target's extra position is nearly free). It depends on the draft's own distributions
+    only, so sampling stays exact; it costs one transfer per draft step.
+
     Steps use the draft's ``input_table`` (its first layer's input work as one look-up).
     Sampling is Gumbel-max over the processed logits, with the noise drawn at ``start`` in
     one block ``[max_new_tokens, k, V]`` (an iteration emits at least one token, so there
     are never more proposals than new tokens); ``q`` is the softmax of the same processed
-    logits, one op over all drafted rows.
+    logits, one op over all drafted rows. ``cuda_graphs=True`` replays each step as a CUDA
+    graph instead (``decoding.graphs``, without the input table: the step is recorded
+    whole); ``device`` is the model's.
     """
 
-    def __init__(self, model: CharGPT):
+    def __init__(self, model: CharGPT, *, cuda_graphs: bool = False, p_min: float | None = None):
         self.model = check_model(model, "draft")
+        if p_min is not None and not 0.0 <= p_min <= 1.0:
+            raise ValueError(f"p_min must be a probability in [0, 1] or None; got {p_min!r}")
+        if p_min is not None and cuda_graphs:
+            raise ValueError(
+                "p_min (the confidence stop) runs eager steps; use it without cuda_graphs"
+            )
+        self.p_min = p_min
         self.vocab_size = model.config.vocab_size
-        self.cache = None
+        self.device = model.lm_head.weight.device
+        self.cuda_graphs = cuda_graphs
+        if cuda_graphs:
+            check_cuda_graphs(self.device)
+        self.cache = self.steps = None
 
     def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
         model = self.model
         self.sampling = sampling
         # Identity processing (temperature 1, no filters, or greedy): no op per draft.
         self.processed = not ((sampling.plain or sampling.greedy) and sampling.inv_t == 1.0)
-        self.cache = model.new_cache(1)
+        # The catch-up feeds one or two tokens: graphed steps for T = 1 and 2.
+        self.steps = steps_for(model, "draft", 2, True) if self.cuda_graphs else None
+        self.cache = model.new_cache(1) if self.steps is None else self.steps.cache
         if n > 1:  # everything but the pending last token, as the target
             model(ids[None, : n - 1], self.cache)
         V, w = self.vocab_size, model.lm_head.weight
-        self.table = model.input_table()  # the first layer's work as one look-up per step
+        # The first layer's work as one look-up per step (a graph records the step whole).
+        self.table = model.input_table() if self.steps is None else None
         self.w_t = w.t()  # lm_head as [C, V]: mm(h, w_t, out=...) writes logits in place
         self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
         self.noise = None
@@ -112,7 +136,9 @@ class ModelProposer:
         return self._view_list
 
     def propose(self, ids, n, k, out):
-        model, cache, w_t = self.model, self.cache, self.w_t
+        if self.steps is not None:
+            return self._propose_graphed(ids, n, k, out)
+        model, cache, w_t, p_min = self.model, self.cache, self.w_t, self.p_min
         views = self._views(out)
         noise = None if self.noise is None else self.noise[self.calls]
         self.calls += 1
@@ -128,8 +154,28 @@ class ModelProposer:
                 torch.argmax(row, dim=-1, out=slot)
             else:
                 torch.argmax(row + noise[j], dim=-1, out=slot)
+            if p_min is not None and float(row.softmax(-1).amax()) < p_min:
+                k = j + 1  # the confidence stop: this draft is the proposal's last
+                break
             if j + 1 < k:
                 h = model.decode_hidden(nxt, cache, table=table)[0]
+        return k, (None if noise is None else self.logits[:k].softmax(-1))
+
+    def _propose_graphed(self, ids, n, k, out):
+        # propose() with each step a graph replay that returns the logits themselves.
+        steps, views = self.steps, self._views(out)
+        noise = None if self.noise is None else self.noise[self.calls]
+        self.calls += 1
+        logits = steps(ids[None, steps.cache.length : n])[-1:]
+        for j in range(k):
+            row, slot, nxt = views[j]
+            row.copy_(self.sampling.logits(logits) if self.processed else logits)
+            if noise is None:
+                torch.argmax(row, dim=-1, out=slot)
+            else:
+                torch.argmax(row + noise[j], dim=-1, out=slot)
+            if j + 1 < k:
+                logits = steps(nxt)
         return k, (None if noise is None else self.logits[:k].softmax(-1))
 
     def commit(self, ids, n) -> None:
@@ -138,10 +184,11 @@ class ModelProposer:
             cache.crop(n - 1)
 
 
-def as_proposer(draft) -> Proposer:
-    """``draft`` as a proposer: a ``CharGPT`` is wrapped in ``ModelProposer``."""
+def as_proposer(draft, *, cuda_graphs: bool = False) -> Proposer:
+    """``draft`` as a proposer: a ``CharGPT`` is wrapped in ``ModelProposer`` (its steps
+    graphed with ``cuda_graphs=True``); a proposer is returned as it is."""
     if isinstance(draft, CharGPT):
-        return ModelProposer(draft)
+        return ModelProposer(draft, cuda_graphs=cuda_graphs)
     if isinstance(draft, Proposer):
         return draft
     raise ValueError(

@@ -24,12 +24,16 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.nn import functional as F
 
+from .. import devices
 from .._validate import check_int
+from ..block_verifier import block_verify_row
+from ..devices import check_same_device
 from ..model import CharGPT
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
 from ..verifier import rejection_sample_row
+from .dynamic import check_policy
+from .graphs import steps_for
 from .plain import check_prompt
 from .proposer import ModelProposer, as_proposer
 from .stats import SpecStats
@@ -51,6 +55,9 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     timings: bool = False,
     on_iteration=None,
+    cuda_graphs: bool = False,
+    k_policy=None,
+    verify: str = "token",
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding: the draft proposes ``k`` tokens, the target verifies them at once.
 
@@ -65,6 +72,14 @@ def speculative_generate(
     ``SpecStats.seconds`` (draft, target, verify, rest); ``on_iteration(ids, target_cache,
     draft_cache, accepted)``, if given, is called after every iteration with the committed
     ids so far (``draft_cache`` is the draft model's cache, ``None`` for other proposers).
+    ``cuda_graphs=True`` replays the target's steps and the draft model's as CUDA graphs
+    (``decoding.graphs``; the models must be on a CUDA GPU).
+
+    ``k_policy`` (``decoding.dynamic``: ``HeuristicK``, ``ControllerK``, ...) picks each
+    iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
+    verifies the drafted block jointly (``block_verifier``; Sun et al. 2024) instead of token
+    by token (``"token"``). Both keep the output exact; at temperature 0 both verifiers are
+    the same argmax rule.
 
     Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
     for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
@@ -72,25 +87,33 @@ def speculative_generate(
     then whatever the proposer draws in ``start`` (the draft model: Gumbel noise
     ``[m, k', V]``).
 
-    Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a draft
-    that is neither a ``CharGPT`` nor a proposer, or a vocabulary that differs.
+    Models, proposer and the returned ids live on the target's device (the prompt may be
+    anywhere). Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a
+    draft that is neither a ``CharGPT`` nor a proposer, a vocabulary or a device that
+    differs, or ``cuda_graphs`` off a CUDA GPU.
     """
     wall0 = time.perf_counter()
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
     if isinstance(draft, CharGPT):
         check_prompt(draft, ids, max_new_tokens, "draft")
-    proposer = as_proposer(draft)
+    proposer = as_proposer(draft, cuda_graphs=cuda_graphs)
+    dev = target.lm_head.weight.device
+    if getattr(proposer, "device", dev) != dev:
+        check_same_device("the draft", proposer.device, "the target", dev)
     V = target.config.vocab_size
     if proposer.vocab_size != V:
         raise ValueError(
             f"target and draft must share a vocabulary; got sizes {V} and {proposer.vocab_size}"
         )
     check_int(k, "k (drafts per iteration)")
+    if verify not in ("token", "block"):
+        raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
+    policy = None if k_policy is None else check_policy(k_policy)
     smp = SamplingOptions(temperature, top_k, top_p)
     greedy = smp.greedy
     n = ids.numel()
     end = n + max_new_tokens
-    out = torch.empty(end, dtype=torch.long)
+    out = torch.empty(end, dtype=torch.long, device=dev)
     out[:n] = ids
     stats = SpecStats(k=k)
     if max_new_tokens == 0:
@@ -98,17 +121,20 @@ def speculative_generate(
     k = min(k, max_new_tokens - 1)  # never more drafts than could be kept: k' in the docstring
 
     U = None if greedy else uniform_open_closed((max_new_tokens, k), generator=generator).tolist()
-    R = None if greedy else exp_noise((max_new_tokens, V), generator=generator)
+    R = None if greedy else exp_noise((max_new_tokens, V), generator=generator, device=dev)
     proposer.start(out, n, smp, generator, max_new_tokens, k)
+    if policy is not None:
+        policy.start(k)
+    verify_row = block_verify_row if verify == "block" else rejection_sample_row
     draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
-    tc = target.new_cache(1)
+    step = steps_for(target, "target", k + 1, cuda_graphs)  # logits of [1, T] new tokens
+    tc = step.cache
     if n > 1:  # prefill everything but the pending last token
         target(out[None, : n - 1], tc)
-    w = target.lm_head.weight
     # The target's input: the pending token followed by the drafts, written in place.
-    feed = torch.empty(1, k + 1, dtype=torch.long)
+    feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)
     drafts = feed[0, 1:]
-    clock = time.perf_counter if timings else None
+    clock = devices.clock(dev) if timings else None
     spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
     it = drafted = rejections = 0
     accepted = stats.accepted_per_iteration
@@ -116,12 +142,14 @@ def speculative_generate(
     while n < end:
         t0 = clock() if clock else 0.0
         kk = min(k, end - n - 1)  # never draft tokens that could not be kept
+        if policy is not None:
+            kk = max(0, min(kk, policy.next_k()))
         q = None
         if kk:
             kk, q = proposer.propose(out, n, kk, drafts)
         t1 = clock() if clock else 0.0
         # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
-        logits = F.linear(target.decode_hidden(feed[:, : kk + 1], tc)[0], w)
+        logits = step(feed[:, : kk + 1])
         t2 = clock() if clock else 0.0
         if greedy:
             # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the
@@ -136,7 +164,7 @@ def speculative_generate(
             new.append(best[a])
         else:
             p = smp.logits(logits).softmax(-1)  # no op before softmax at temperature 1
-            new, a = rejection_sample_row(drafts[:kk], q, p, U[it], R[it])
+            new, a = verify_row(drafts[:kk], q, p, U[it], R[it])
         t3 = clock() if clock else 0.0
         if a:
             out[n : n + a] = drafts[:a]
@@ -147,6 +175,8 @@ def speculative_generate(
         proposer.commit(out, n)
         accepted.append(a)
         rejections += a < kk
+        if policy is not None:
+            policy.update(kk, a)
         drafted += kk
         if on_iteration is not None:
             on_iteration(out[:n], tc, draft_cache, a)

@@ -31,6 +31,7 @@ from .compile import compile_for_gpu, compile_kernel_for_gpu  # noqa: E402
 from .rejection import (  # noqa: E402
     launch,
     launch_config,
+    race_combine_kernel,
     race_kernel,
     rejection_sample_triton,
     verify_kernel,
@@ -42,6 +43,7 @@ __all__ = [
     "launch_config",
     "verify_kernel",
     "race_kernel",
+    "race_combine_kernel",
     "compile_for_gpu",
     "compile_kernel_for_gpu",
 ]

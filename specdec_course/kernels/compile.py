@@ -22,6 +22,7 @@ from pathlib import Path
 
 __all__ = ["compile_for_gpu", "compile_kernel_for_gpu", "KERNEL_VARIANTS"]
 
+_PROBS = [(prob, no_q) for prob in ("fp32", "fp16", "bf16") for no_q in (False, True)]
 # Pointer element types of each kernel argument; the probabilities' type varies per variant.
 _VERIFY_SIG = {
     "token_ids_ptr": "*i64",
@@ -43,25 +44,48 @@ _RACE_SIG = {
     "draft_probs_ptr": "{prob}",
     "target_probs_ptr": "{prob}",
     "exp_noise_ptr": "*fp32",
+    "part_score_ptr": "*fp32",
+    "part_index_ptr": "*i32",
     "B": "i32",
     "K": "i32",
     "V": "i32",
+    "CHUNK": "i32",
     "NO_DRAFT_PROBS": "constexpr",
     "BLOCK_R": "constexpr",
     "BLOCK_V": "constexpr",
+    "SPLIT": "constexpr",
 }
-# (kernel name, probability dtype, NO_DRAFT_PROBS): every branch of every kernel, in the
-# dtypes people feed it (fp16/bf16 straight from a model, fp32 after softmax).
-KERNEL_VARIANTS = [
-    (name, prob, no_q)
-    for name in ("verify_kernel", "race_kernel")
-    for prob in ("fp32", "fp16", "bf16")
-    for no_q in (False, True)
-]
+_COMBINE_SIG = {
+    "token_ids_ptr": "*i64",
+    "num_accepted_ptr": "*i64",
+    "part_score_ptr": "*fp32",
+    "part_index_ptr": "*i32",
+    "B": "i32",
+    "K": "i32",
+    "V": "i32",
+    "S": "i32",
+    "BLOCK_R": "constexpr",
+    "BLOCK_S": "constexpr",
+}
+# (kernel name, probability dtype, NO_DRAFT_PROBS, SPLIT): every branch of every kernel, in
+# the dtypes people feed it (fp16/bf16 straight from a model, fp32 after softmax). The split
+# race differs only in what it stores, not in how it reads, so fp32 covers that branch; the
+# combine step reads no probabilities, so it has one variant.
+KERNEL_VARIANTS = (
+    [("verify_kernel", prob, no_q, False) for prob, no_q in _PROBS]
+    + [("race_kernel", prob, no_q, False) for prob, no_q in _PROBS]
+    + [("race_kernel", "fp32", no_q, True) for no_q in (False, True)]
+    + [("race_combine_kernel", None, False, True)]
+)
 
 
-def _variant_name(name: str, prob: str, no_q: bool) -> str:
-    return f"{name}[{prob}{', one-hot drafts' if no_q else ''}]"
+def _variant_name(name: str, prob: str | None, no_q: bool, split: bool) -> str:
+    if prob is None:
+        return name
+    return (
+        f"{name}[{prob}{', one-hot drafts' if no_q else ''}"
+        f"{', split vocabulary' if split and name == 'race_kernel' else ''}]"
+    )
 
 
 def _compile_jobs(arch: int, warp_size: int, jobs_file: str, out_dir: str) -> None:
@@ -132,25 +156,30 @@ def compile_for_gpu(
     """Compile every verifier kernel variant for ``cuda`` sm_``arch``; works without a GPU.
 
     Returns ``{variant: {"ptx": str, "cubin_bytes": int}}`` for the variants in
-    ``KERNEL_VARIANTS`` (both kernels, fp32/fp16/bf16 probabilities, with and without draft
-    probabilities). Raises ``RuntimeError`` carrying the compiler's message when a kernel does
-    not compile (code that only the interpreter accepts fails here), ``ValueError`` for a
-    ``block_vocab`` that is not a power of two.
+    ``KERNEL_VARIANTS`` (the three kernels; fp32/fp16/bf16 probabilities, with and without
+    draft probabilities, the race with its vocabulary whole and split). Raises
+    ``RuntimeError`` carrying the compiler's message when a kernel does not compile (code
+    that only the interpreter accepts fails here), ``ValueError`` for a ``block_vocab`` that
+    is not a power of two.
     """
     if block_vocab < 1 or block_vocab & (block_vocab - 1):
         raise ValueError(f"block_vocab must be a power of two; got {block_vocab}")
     jobs = []
-    for name, prob, no_q in KERNEL_VARIANTS:
-        sig = _VERIFY_SIG if name == "verify_kernel" else _RACE_SIG
-        constexprs = {"NO_DRAFT_PROBS": no_q, "BLOCK_R": 1}
-        if name == "race_kernel":
-            constexprs["BLOCK_V"] = block_vocab
+    for name, prob, no_q, split in KERNEL_VARIANTS:
+        if name == "race_combine_kernel":
+            sig, constexprs = _COMBINE_SIG, {"BLOCK_R": 1, "BLOCK_S": 128}
+        elif name == "race_kernel":
+            sig = _RACE_SIG
+            constexprs = {"NO_DRAFT_PROBS": no_q, "BLOCK_R": 1, "BLOCK_V": block_vocab}
+            constexprs["SPLIT"] = split
+        else:
+            sig, constexprs = _VERIFY_SIG, {"NO_DRAFT_PROBS": no_q, "BLOCK_R": 1}
         jobs.append(
             {
-                "key": _variant_name(name, prob, no_q),
+                "key": _variant_name(name, prob, no_q, split),
                 "module": "specdec_course.kernels.rejection",
                 "name": name,
-                "signature": {k: v.format(prob="*" + prob) for k, v in sig.items()},
+                "signature": {k: v.format(prob=f"*{prob}") for k, v in sig.items()},
                 "constexprs": constexprs,
             }
         )

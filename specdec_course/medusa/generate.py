@@ -19,6 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from ..decoding import SpecStats, check_prompt
+from ..devices import check_same_device, model_device
 from ..model import CharGPT, KVCache
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
 from .heads import MedusaHeads, check_heads
@@ -56,6 +57,7 @@ class MedusaStats(SpecStats):
 def _checked_tree(model: CharGPT, heads: MedusaHeads, tree) -> TreeBuffers:
     # medusa_generate's checks of the heads against the model and of the tree against both.
     check_heads(heads)
+    check_same_device("the heads", model_device(heads), "the model", model_device(model))
     if (heads.n_embd, heads.vocab_size) != (model.config.n_embd, model.config.vocab_size):
         raise ValueError(
             f"heads were built for n_embd={heads.n_embd}, vocab={heads.vocab_size}; the model "
@@ -244,13 +246,14 @@ def medusa_generate(
     width or vocabulary, or a tree deeper than the number of heads.
     """
     ids = check_prompt(model, prompt_ids, max_new_tokens)
-    tb = _checked_tree(model, heads, tree)
+    dev = model.lm_head.weight.device
+    tb = _checked_tree(model, heads, tree).to(dev)
     process = SamplingOptions(temperature, top_k, top_p).logits  # checks the options
     greedy = temperature == 0
     identity = temperature == 1.0 and top_k is None and top_p is None
     n = ids.numel()
     end = n + max_new_tokens
-    out = torch.empty(end, dtype=torch.long)
+    out = torch.empty(end, dtype=torch.long, device=dev)
     out[:n] = ids
     stats = MedusaStats(k=tb.max_depth, tree_size=tb.size)
     if max_new_tokens == 0:
@@ -265,7 +268,8 @@ def medusa_generate(
         # Gumbel noise for the prefill's token (Gumbel-max: argmax(logits + G) is a sample
         # of softmax(logits)).
         uniforms = uniform_open_closed((max_new_tokens, tb.size), generator=generator).tolist()
-        gumbel = exp_noise((model.config.vocab_size,), generator=generator).log_().neg_()
+        V = model.config.vocab_size
+        gumbel = exp_noise((V,), generator=generator, device=dev).log_().neg_()
     cache = model.new_cache(1)
     # Prefill: the whole prompt; its last position gives the first new token and the hidden
     # state the heads read.
@@ -279,8 +283,8 @@ def medusa_generate(
     h = hid[0, -1]
     n += 1
     stats.target_calls = 1
-    tokens = torch.empty(tb.size, dtype=torch.long)
-    zeros = torch.zeros(tb.size, block)  # the prefix part of every attention bias
+    tokens = torch.empty(tb.size, dtype=torch.long, device=dev)
+    zeros = torch.zeros(tb.size, block, device=dev)  # the prefix part of every attention bias
     sampled = None if identity else process
     lm_w = model.lm_head.weight
 

@@ -196,9 +196,10 @@ def save_heads(
 def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None) -> MedusaHeads:
     """Load Medusa heads (default: the shipped ``data/checkpoints/medusa.pt``), in eval mode.
 
-    With ``target``, checks that the heads were trained on that model. Training metadata is
-    ``heads.meta``. Raises FileNotFoundError (with the command that rebuilds it) for a missing
-    file, ValueError for an unreadable one or heads trained on another target.
+    With ``target``, checks that the heads were trained on that model and puts them on its
+    device. Training metadata is ``heads.meta``. Raises FileNotFoundError (with the command
+    that rebuilds it) for a missing file, ValueError for an unreadable one or heads trained
+    on another target.
     """
     path = Path(path) if path is not None else checkpoints_dir() / "medusa.pt"
     if not path.is_file():
@@ -223,6 +224,8 @@ def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None)
             f"retrain them with: {REBUILD_COMMAND}"
         )
     heads.eval()
+    if target is not None:
+        heads.to(target.lm_head.weight.device)
     heads.meta = dict(ck.get("meta", {}))
     return heads
 

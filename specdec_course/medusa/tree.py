@@ -9,7 +9,7 @@ and its own ancestors), and :func:`compact_cache` keeps the accepted path's keys
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.nn import functional as F
@@ -80,6 +80,20 @@ class TreeBuffers:
     def size(self) -> int:
         """Number of nodes including the root (the tokens one verification pass feeds)."""
         return len(self.parents)
+
+    def to(self, device: torch.device | str) -> TreeBuffers:
+        """These buffers with every tensor on ``device`` (itself when they already are)."""
+        device = torch.device(device)
+        if self.bias.device == device:
+            return self
+        return replace(
+            self,
+            **{f: getattr(self, f).to(device) for f in _TENSORS},
+            path_nodes=tuple(t.to(device) for t in self.path_nodes),
+        )
+
+
+_TENSORS = ("mask", "bias", "depth", "cand_index", "parent_index")
 
 
 def _check_paths(paths) -> tuple[tuple[int, ...], ...]:
@@ -213,6 +227,7 @@ def tree_forward(
             f"{model.config.block_size}; use fewer nodes (tokens[:n])"
         )
     model._check_idx(tokens[None], cache)
+    tree = tree.to(tokens.device)
     prefix = tokens.new_zeros(()).float().expand(T, L)
     return _tree_pass(model, tokens, cache, tree, prefix, model.lm_head.weight)
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from ..devices import DeviceLike
+from ..devices import device as pick_device
 from ..paths import checkpoints_dir
 from .config import PRESETS, GPTConfig
 from .gpt import CharGPT, check_model
@@ -54,13 +56,17 @@ def save_checkpoint(path: str | Path, model: CharGPT, vocab: str, meta: dict | N
     return path
 
 
-def load_checkpoint(path: str | Path, *, rebuild: str | None = None) -> tuple[CharGPT, dict]:
+def load_checkpoint(
+    path: str | Path, *, rebuild: str | None = None, device: DeviceLike = "cpu"
+) -> tuple[CharGPT, dict]:
     """Load a checkpoint written by ``save_checkpoint``: ``(model in eval mode, checkpoint)``.
 
+    The model is on ``device`` (``"cpu"``, ``"cuda"``, or None for a GPU when there is one).
     The returned dict has ``config``, ``vocab`` and ``meta``. Raises FileNotFoundError for a
-    missing file and ValueError for a file that is not a readable checkpoint; both say how to
-    rebuild it (``rebuild`` is the command to print).
+    missing file and ValueError for a file that is not a readable checkpoint (both say how
+    to rebuild it; ``rebuild`` is the command to print) or a device this machine lacks.
     """
+    dev = pick_device(device)
     path = Path(path)
     how = rebuild or "specdec-course train --preset target|draft --out PATH"
     if not path.is_file():
@@ -79,23 +85,27 @@ def load_checkpoint(path: str | Path, *, rebuild: str | None = None) -> tuple[Ch
             f"checkpoint {path} could not be read ({type(e).__name__}: {str(e)[:200]}); "
             f"delete it and rebuild it with: {how}"
         ) from None
-    model.eval()
+    model.eval().to(dev)
     return model, {"config": config, "vocab": vocab, "meta": dict(ckpt.get("meta", {}))}
 
 
-def load_pretrained(name: str) -> CharGPT:
-    """The shipped ``"target"`` or ``"draft"`` model from ``data/checkpoints/``, in eval mode.
+def load_pretrained(name: str, *, device: DeviceLike = "cpu") -> CharGPT:
+    """The shipped ``"target"`` or ``"draft"`` model from ``data/checkpoints/``, in eval mode,
+    on ``device`` (``"cpu"``, ``"cuda"``, or None for a GPU when there is one).
 
     The tokenizer is ``specdec_course.data.CharTokenizer(model.vocab)``; training metadata is
-    ``model.meta``. Raises ValueError for another name, FileNotFoundError (with the command
-    that rebuilds it) for a missing file, ValueError for a corrupt one.
+    ``model.meta``. Raises ValueError for another name or a device this machine lacks,
+    FileNotFoundError (with the command that rebuilds it) for a missing file, ValueError for
+    a corrupt one.
     """
     if name not in PRESETS:
         raise ValueError(
             f"name must be 'target' or 'draft'; got {name!r} (Medusa heads load from "
             "specdec_course.medusa.load_heads())"
         )
-    model, ckpt = load_checkpoint(checkpoints_dir() / f"{name}.pt", rebuild=rebuild_command(name))
+    model, ckpt = load_checkpoint(
+        checkpoints_dir() / f"{name}.pt", rebuild=rebuild_command(name), device=device
+    )
     model.vocab = ckpt["vocab"]
     model.meta = ckpt["meta"]
     return model

@@ -9,6 +9,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from .._validate import check_int
+from ..devices import check_same_device
 from .cache import KVCache
 from .config import GPTConfig
 
@@ -99,6 +100,7 @@ class CharGPT(nn.Module):
         )
         self._fast_params = None
         self._input_table = None
+        self._graphs = None  # CUDA graphs of the cached steps (decoding.graphs), per role
 
     @staticmethod
     def _init_weights(module):
@@ -129,6 +131,11 @@ class CharGPT(nn.Module):
         B, T = idx.shape
         if T < 1:
             raise ValueError("idx must hold at least one token (T >= 1)")
+        w = self.lm_head.weight
+        if idx.device != w.device:
+            check_same_device("idx", idx.device, "the model", w.device)
+        if cache is not None and cache.k.device != w.device:
+            check_same_device("the cache", cache.k.device, "the model", w.device)
         V = self.config.vocab_size
         if idx.min() < 0 or idx.max() >= V:
             raise ValueError(f"idx holds ids outside [0, {V}); encode text with the tokenizer")
@@ -189,17 +196,25 @@ class CharGPT(nn.Module):
 
     def train(self, mode: bool = True):
         # Rebuilt on the next cached call: training changes the weights in place.
-        self._fast_params = self._input_table = None
+        self._fast_params = self._input_table = self._graphs = None
         return super().train(mode)
 
     # Anything that may replace the parameter tensors drops the cached references to them.
     def load_state_dict(self, *args, **kwargs):
-        self._fast_params = self._input_table = None
+        self._fast_params = self._input_table = self._graphs = None
         return super().load_state_dict(*args, **kwargs)
 
     def _apply(self, *args, **kwargs):
-        self._fast_params = self._input_table = None
+        self._fast_params = self._input_table = self._graphs = None
         return super()._apply(*args, **kwargs)
+
+    def fast_params(self) -> tuple:
+        """The parameters of the cached steps, gathered once (``decode_hidden`` and the static
+        steps of ``decoding.graphs`` read them): ``(layers, wte, wpe, lnf_w, lnf_b, arange,
+        causal)``; dropped when the weights may change (``train``, ``load_state_dict``, ``to``)."""
+        if self._fast_params is None:
+            self._fast_params = self._collect_fast_params()
+        return self._fast_params
 
     def _collect_fast_params(self):
         # Plain references to every tensor a cached step reads: a module attribute look-up
@@ -239,6 +254,8 @@ class CharGPT(nn.Module):
         pos: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         table: torch.Tensor | None = None,
+        *,
+        slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The cached forward, **unchecked**: hidden states ``[B, T, n_embd]`` of new tokens.
 
@@ -258,11 +275,13 @@ class CharGPT(nn.Module):
         modules (hooks, attribute look-ups, dropout calls that do nothing in eval mode)
         doubles that. ``table`` (from :meth:`input_table`) replaces the first layer's
         embedding, LayerNorm and query/key/value projection by one row look-up.
+
+        ``slots`` (int64 ``[B, T]``) writes row ``b``'s keys and values at its own cache
+        positions instead of at ``cache.length ..`` for every row, for batches whose rows
+        hold different lengths (``model.ragged``); ``pos`` (``[B, T]``) and ``mask`` (``[B,
+        1, T, cache.length + T]``) then say where each row is.
         """
-        fast = self._fast_params
-        if fast is None:
-            fast = self._fast_params = self._collect_fast_params()
-        layers, wte, wpe, lnf_w, lnf_b, arange, causal = fast
+        layers, wte, wpe, lnf_w, lnf_b, arange, causal = self.fast_params()
         B, T = idx.shape
         C, nh = self.config.n_embd, self.config.n_head
         start = cache.length
@@ -282,13 +301,18 @@ class CharGPT(nn.Module):
             # One new token attends to everything cached: no mask. Several: causal, offset.
             mask = None if T == 1 else causal[start:end, :end]
         ck, cv = cache.k, cache.v
+        rows = None if slots is None else torch.arange(B, device=slots.device)[:, None]
         for layer, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(layers):
             if first is None:
                 first = F.linear(F.layer_norm(x, (C,), l1w, l1b), aw, ab)
             qkv = first.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
             first = None
-            ck[layer, :, :, start:end] = qkv[1]  # (B, nh, T, hs), written in place
-            cv[layer, :, :, start:end] = qkv[2]
+            if slots is None:
+                ck[layer, :, :, start:end] = qkv[1]  # (B, nh, T, hs), written in place
+                cv[layer, :, :, start:end] = qkv[2]
+            else:  # row b at its own positions slots[b]: (B, T, nh, hs) by advanced indexing
+                ck[layer][rows, :, slots] = qkv[1].transpose(1, 2)
+                cv[layer][rows, :, slots] = qkv[2].transpose(1, 2)
             y = F.scaled_dot_product_attention(
                 qkv[0], ck[layer, :, :, :end], cv[layer, :, :, :end], attn_mask=mask
             )  # (B, nh, T, hs)

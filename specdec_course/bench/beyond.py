@@ -1,0 +1,383 @@
+"""When speculation pays, measured on the CPU (``specdec-course bench beyond``; lessons 08, 09).
+
+Three measurements, each a set of ratios taken in one run (round-robin, one thread, every
+method decoding the same prompts from the same seeds, so machine load hits all alike):
+
+- ``measure_dynamic``: plain decoding against the draft model at every fixed ``k`` and
+  under the dynamic policies (Hugging Face's heuristic, the confidence stop, the alpha/cost
+  controller); speedup and mean drafts per iteration.
+- ``measure_batch``: tokens per second of plain and speculative decoding for ``B`` rows at
+  once (``decoding.batched``), at several ``k``; the ``B`` where the best ``k`` stops paying,
+  beside what a ``(k + 1)``-token target call costs relative to a one-token one at that ``B``
+  (the reason: at batch 1 it is nearly free, at large ``B`` it is not). ``batch_ceiling``
+  turns those call costs into what a loop without overhead of its own could gain at each
+  ``B``, and where that falls below 1.
+- ``measure_block``: accepted drafts per target call with token-wise and with block
+  verification (``block_verifier``), same prompts and seeds.
+
+Times are the decoding thread's CPU time (``time.thread_time``; torch runs its ops on the
+calling thread at one thread), not wall time: on a shared machine another process's work
+then delays a method without being charged to it, and the ratios hold under load.
+
+``save_beyond_results`` writes ``data/results/beyond_cpu.json``; ``load_beyond_results``
+reads it back.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from ..paths import results_dir
+
+__all__ = [
+    "DYNAMIC_KS",
+    "BATCH_SIZES",
+    "BATCH_KS",
+    "marginal_cost",
+    "batch_call_costs",
+    "batch_ceiling",
+    "measure_dynamic",
+    "measure_batch",
+    "measure_block",
+    "save_beyond_results",
+    "load_beyond_results",
+]
+
+DYNAMIC_KS = tuple(range(1, 9))
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BATCH_KS = (1, 2, 4)
+RESULTS_FILE = "beyond_cpu.json"
+_clock = time.thread_time  # see the module docstring
+
+
+def marginal_cost(costs: dict) -> float:
+    """The cost of one more drafted token in one-token target steps, from ``forward_costs``.
+
+    ``costs``: :func:`bench.forward_costs`'s record (sizes 1 and 8 at least). One more draft
+    costs a draft step plus what one more position adds to the target's call (the slope of
+    the target's cost between 1 and 8 new tokens). This is the ``c`` ``ControllerK`` takes.
+    Raises ValueError when the record lacks sizes 1 and 8."""
+    sizes = costs.get("sizes", [])
+    if 1 not in sizes or 8 not in sizes:
+        raise ValueError("marginal_cost needs forward_costs measured at sizes 1 and 8")
+    i1, i8 = sizes.index(1), sizes.index(8)
+    t1 = costs["target_s"][i1]
+    slope = (costs["target_s"][i8] - t1) / 7
+    return (costs["draft_s"][i1] + max(slope, 0.0)) / t1
+
+
+def _policies(draft, c: float) -> dict:
+    """Name -> (proposer, k_policy, k_max) for the dynamic rows."""
+    from ..decoding import ControllerK, HeuristicK, ModelProposer
+
+    k_max = max(DYNAMIC_KS)
+    return {
+        "heuristic": (draft, HeuristicK(5), k_max),
+        "confidence stop 0.4": (ModelProposer(draft, p_min=0.4), None, k_max),
+        "heuristic + stop 0.4": (ModelProposer(draft, p_min=0.4), HeuristicK(5), k_max),
+        "controller": (draft, ControllerK(c), k_max),
+    }
+
+
+def measure_dynamic(
+    target,
+    draft,
+    prompts,
+    *,
+    c: float,
+    temperature: float = 1.0,
+    repeats: int = 5,
+    max_new_tokens: int = 200,
+    seed: int = 0,
+) -> dict:
+    """Plain decoding against fixed ``k`` (``DYNAMIC_KS``) and the dynamic policies.
+
+    ``c``: the controller's cost ratio (:func:`marginal_cost`). Every repeat decodes every
+    prompt with each method in turn from the same seed (a round); a row's speedup is the
+    median over rounds of plain's time over its time. Returns ``{"temperature", "c", "rows":
+    [{"name", "k_max", "alpha", "mean_k", "tokens_per_target_call", "speedup"}],
+    "best_fixed", "best_dynamic"}``
+    (``mean_k``: drafts per iteration).
+    """
+    from ..decoding import SpecStats, generate, speculative_generate
+
+    methods = {f"fixed k={k}": (draft, None, k) for k in DYNAMIC_KS}
+    methods.update(_policies(draft, c))
+    names = ["plain", *methods]
+    rounds: list[dict] = []  # one per (repeat, prompt): every method's seconds, adjacent in time
+    agg = {name: SpecStats(k=m[2]) for name, m in methods.items()}
+    for rep in range(repeats):
+        for i, prompt in enumerate(prompts):
+            s = seed + 1000 * rep + i
+            t = dict.fromkeys(names, 0.0)
+            g = torch.Generator().manual_seed(s)
+            t0 = _clock()
+            generate(target, prompt, max_new_tokens, temperature=temperature, generator=g)
+            t["plain"] = _clock() - t0
+            for name, (proposer, policy, k) in methods.items():
+                g = torch.Generator().manual_seed(s)
+                t0 = _clock()
+                _, st = speculative_generate(
+                    target,
+                    proposer,
+                    prompt,
+                    max_new_tokens,
+                    k=k,
+                    temperature=temperature,
+                    generator=g,
+                    k_policy=policy,
+                )
+                t[name] = _clock() - t0
+                agg[name].add(st)
+            rounds.append(t)
+    rows = []
+    for name, (_, _, k) in methods.items():
+        st = agg[name]
+        rows.append(
+            {
+                "name": name,
+                "k_max": k,
+                "alpha": min(st.acceptance_rate, 1.0),
+                "mean_k": st.drafted / max(1, st.iterations),
+                "tokens_per_target_call": st.tokens_per_target_call,
+                # the median over rounds of plain / method: each ratio is taken within
+                # seconds, so a slow spell of the machine cancels out of it
+                "speedup": statistics.median(r["plain"] / r[name] for r in rounds),
+            }
+        )
+    fixed = [r for r in rows if r["name"].startswith("fixed")]
+    dynamic = [r for r in rows if not r["name"].startswith("fixed")]
+    return {
+        "temperature": temperature,
+        "c": c,
+        "repeats": repeats,
+        "max_new_tokens": max_new_tokens,
+        "prompts": len(prompts),
+        "rows": rows,
+        "best_fixed": max(fixed, key=lambda r: r["speedup"])["name"],
+        "best_dynamic": max(dynamic, key=lambda r: r["speedup"])["name"],
+    }
+
+
+def batch_call_costs(
+    target, draft, batch_sizes=BATCH_SIZES, sizes=(1, 2, 3, 5), repeats: int = 30
+) -> dict:
+    """At each ``B``: seconds of a cached target call over each of ``sizes`` new tokens, and
+    of a one-token draft call, after a 64-token context.
+
+    Round-robin over everything, median kept. Returns ``{"batch_sizes", "sizes",
+    "target_s" [B][size], "draft_s" [B], "ratio"}`` (``ratio``: the largest size's call over
+    the one-token call; near 1 means verifying drafts is nearly free)."""
+    sizes = list(sizes)
+    jobs = []  # (B index, what, cache, feed)
+    for bi, B in enumerate(batch_sizes):
+        ids = torch.randint(target.config.vocab_size, (B, 64 + max(sizes)))
+        for model, what in ((target, sizes), (draft, [1])):
+            cache = model.new_cache(B)
+            with torch.inference_mode():
+                model(ids[:, :64], cache)
+            for n in what:
+                jobs.append((bi, model is draft, n, model, cache, ids[:, 64 : 64 + n]))
+    runs: list[list[float]] = [[] for _ in jobs]
+    with torch.inference_mode():
+        for r in range(repeats + 3):
+            for job, sink in zip(jobs, runs):
+                _, _, _, model, cache, feed = job
+                cache.crop(64)
+                t0 = _clock()
+                model.decode_hidden(feed, cache)
+                if r >= 3:
+                    sink.append(_clock() - t0)
+    target_s = [[0.0] * len(sizes) for _ in batch_sizes]
+    draft_s = [0.0] * len(batch_sizes)
+    for (bi, is_draft, n, *_), sink in zip(jobs, runs):
+        if is_draft:
+            draft_s[bi] = statistics.median(sink)
+        else:
+            target_s[bi][sizes.index(n)] = statistics.median(sink)
+    return {
+        "batch_sizes": list(batch_sizes),
+        "sizes": sizes,
+        "target_s": target_s,
+        "draft_s": draft_s,
+        "ratio": [t[-1] / t[0] for t in target_s],
+    }
+
+
+def batch_ceiling(batch: dict, calls: dict) -> dict:
+    """What a loop with no overhead of its own could gain at each ``B``, from measured costs.
+
+    Theorem 3.8's expected tokens at the measured alpha of each ``B`` (``batch``, from
+    :func:`measure_batch`), over the cost of an iteration: ``k`` draft calls and one ``(k +
+    1)``-token target call, in one-token target calls (``calls``, from
+    :func:`batch_call_costs`, measured at sizes ``k + 1``). Returns ``{"rows": [{"B",
+    "ceiling": {k: ...}, "best_k", "best_ceiling"}], "crossover_B"}``: the smallest ``B``
+    whose best ceiling is below 1 (``None`` if none). Raises ValueError when ``calls`` lacks
+    a size ``k + 1`` or a batch size of ``batch``."""
+    from .. import theory
+
+    rows = []
+    for r in batch["rows"]:
+        if r["B"] not in calls["batch_sizes"]:
+            raise ValueError(f"batch_call_costs has no B = {r['B']}; measure it at that B")
+        bi = calls["batch_sizes"].index(r["B"])
+        t = calls["target_s"][bi]
+        ceiling = {}
+        for k in batch["ks"]:
+            if k + 1 not in calls["sizes"]:
+                raise ValueError(f"batch_call_costs needs size {k + 1} for k = {k}")
+            cost = (k * calls["draft_s"][bi] + t[calls["sizes"].index(k + 1)]) / t[0]
+            ceiling[str(k)] = theory.expected_tokens(r["alpha"], k) / cost
+        best = max(ceiling, key=ceiling.get)
+        rows.append(
+            {"B": r["B"], "ceiling": ceiling, "best_k": int(best), "best_ceiling": ceiling[best]}
+        )
+    losing = [r["B"] for r in rows if r["best_ceiling"] < 1.0]
+    return {"rows": rows, "crossover_B": min(losing) if losing else None}
+
+
+def measure_batch(
+    target,
+    draft,
+    prompts: torch.Tensor,
+    *,
+    batch_sizes=BATCH_SIZES,
+    ks=BATCH_KS,
+    temperature: float = 1.0,
+    repeats: int = 3,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+) -> dict:
+    """Tokens per second of batched plain and speculative decoding against ``B``.
+
+    ``prompts`` int64 ``[max(batch_sizes), T]``; batch ``B`` decodes its first ``B`` rows.
+    Per repeat (after one untimed round), every ``B`` runs plain and each ``k`` in turn.
+    Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s": {k: ...}, "speedup": {k: ...},
+    "best_k", "alpha"}],
+    "crossover_B"}``: ``crossover_B`` is the smallest ``B`` where no ``k`` beats plain
+    decoding (``None`` if speculation pays at every measured ``B``).
+    """
+    from ..decoding import SpecStats
+    from ..decoding.batched import generate_batch, speculative_generate_batch
+
+    times = {(B, k): [] for B in batch_sizes for k in (0, *ks)}
+    agg = {B: SpecStats(k=max(ks)) for B in batch_sizes}
+    for rep in range(-1, repeats):  # round -1 warms up every shape, untimed
+        for B in batch_sizes:
+            rows = prompts[:B]
+            for k in (0, *ks):
+                g = torch.Generator().manual_seed(seed + rep)
+                t0 = _clock()
+                if k == 0:
+                    generate_batch(
+                        target, rows, max_new_tokens, temperature=temperature, generator=g
+                    )
+                else:
+                    _, st = speculative_generate_batch(
+                        target,
+                        draft,
+                        rows,
+                        max_new_tokens,
+                        k=k,
+                        temperature=temperature,
+                        generator=g,
+                    )
+                    if k == max(ks) and rep >= 0:
+                        agg[B].add(st)
+                if rep >= 0:
+                    times[B, k].append(_clock() - t0)
+    out = []
+    for B in batch_sizes:
+        med = {k: statistics.median(times[B, k]) for k in (0, *ks)}
+        speed = {k: med[0] / med[k] for k in ks}
+        best = max(ks, key=lambda k: speed[k])
+        out.append(
+            {
+                "B": B,
+                "plain_tok_s": B * max_new_tokens / med[0],
+                "spec_tok_s": {str(k): B * max_new_tokens / med[k] for k in ks},
+                "speedup": {str(k): speed[k] for k in ks},
+                "best_k": best,
+                "best_speedup": speed[best],
+                "alpha": min(agg[B].acceptance_rate, 1.0),
+            }
+        )
+    losing = [r["B"] for r in out if r["best_speedup"] < 1.0]
+    return {
+        "temperature": temperature,
+        "repeats": repeats,
+        "max_new_tokens": max_new_tokens,
+        "ks": list(ks),
+        "rows": out,
+        "crossover_B": min(losing) if losing else None,
+    }
+
+
+def measure_block(
+    target, draft, prompts, *, ks=(2, 4, 6, 8), runs: int = 3, max_new_tokens: int = 200
+) -> dict:
+    """Accepted drafts per target call, token-wise against block verification (temperature 1).
+
+    Both verifiers decode every prompt ``runs`` times from the same seeds. Returns ``{"rows":
+    [{"k", "token_accepted", "block_accepted", "gain"}]}`` (mean accepted drafts per
+    iteration; ``gain`` = block / token)."""
+    from ..decoding import SpecStats, speculative_generate
+
+    rows = []
+    for k in ks:
+        agg = {v: SpecStats(k=k) for v in ("token", "block")}
+        for r in range(runs):
+            for i, prompt in enumerate(prompts):
+                for v in agg:
+                    g = torch.Generator().manual_seed(1000 * r + i)
+                    _, st = speculative_generate(
+                        target, draft, prompt, max_new_tokens, k=k, generator=g, verify=v
+                    )
+                    agg[v].add(st)
+        tok, blk = agg["token"].mean_accepted, agg["block"].mean_accepted
+        rows.append(
+            {
+                "k": k,
+                "token_accepted": tok,
+                "block_accepted": blk,
+                "token_tokens_per_call": agg["token"].tokens_per_target_call,
+                "block_tokens_per_call": agg["block"].tokens_per_target_call,
+                "gain": blk / tok,
+            }
+        )
+    return {"runs": runs, "prompts": len(prompts), "max_new_tokens": max_new_tokens, "rows": rows}
+
+
+def save_beyond_results(record: dict, command: str, out: str | Path | None = None) -> Path:
+    """Write ``record`` (the three measurements) with the command, machine and date as
+    ``beyond_cpu.json`` in ``out`` (default ``data/results/``). Returns the path."""
+    import platform
+
+    out_dir = Path(out) if out else results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RESULTS_FILE
+    payload = {
+        "command": command,
+        "machine": f"{platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} thread, torch {torch.__version__}",
+        "date": _dt.date.today().isoformat(),
+        **record,
+    }
+    path.write_text(json.dumps(payload, indent=1))
+    return path
+
+
+def load_beyond_results(directory: str | Path | None = None) -> dict:
+    """The stored ``bench beyond`` record (``data/results/beyond_cpu.json``).
+
+    Raises FileNotFoundError (with the command that makes it) when it is missing."""
+    path = Path(directory or results_dir()) / RESULTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run: specdec-course bench beyond")
+    return json.loads(path.read_text())

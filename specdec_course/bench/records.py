@@ -1,0 +1,43 @@
+"""Where benchmark records go: ``data/results/<kind>-<machine>-<date>.<ext>``, newest first.
+
+A record measured on a GPU is committed under ``data/results/`` so that machines without
+one can show it (lessons 04, 05 and 07). Its file names carry what was measured, on what
+and when: ``verifier-nvidia-h200-2026-12-01.json``. A reader takes the newest by date.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from pathlib import Path
+
+import torch
+
+from ..paths import results_dir
+
+__all__ = ["slug", "machine_name", "record_stem", "newest_record"]
+
+
+def slug(name: str) -> str:
+    """``name`` in lower case with runs of other characters as one ``-``: file-name safe."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def machine_name(device: torch.device | str) -> str:
+    """The GPU's name for a CUDA device (``"NVIDIA H200"``), else ``"cpu"``."""
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def record_stem(kind: str, machine: str, out: str | Path | None = None, date=None) -> Path:
+    """``out/<kind>-<slug(machine)>-<date>`` (no suffix); ``out`` defaults to data/results."""
+    day = date or _dt.date.today().isoformat()
+    return Path(out or results_dir()) / f"{kind}-{slug(machine)}-{day}"
+
+
+def newest_record(kind: str, directory: str | Path | None = None) -> Path | None:
+    """The newest ``<kind>-*.json`` in ``directory`` (default data/results), or None."""
+    d = Path(directory or results_dir())
+    # Names end in the ISO date, so the last 10 characters of the stem sort by day.
+    files = sorted(d.glob(f"{kind}-*.json"), key=lambda p: (p.stem[-10:], p.name))
+    return files[-1] if files else None

@@ -1,0 +1,95 @@
+"""Where tensors live: picking a device, one clear error when two disagree, honest clocks.
+
+Every function of the package follows the device of the tensors or models it is given;
+``device`` is for the places where a caller cannot pass tensors (loading a checkpoint,
+counting an n-gram, a benchmark). Random numbers are drawn on their generator's device and
+then moved (``sampling.exp_noise``), so a seeded CPU generator gives the same numbers
+whether the models run on the CPU or on a GPU.
+
+On a GPU, work is queued and runs later: a wall clock read right after a call measures the
+queueing, not the work. ``clock(device)`` waits for the queue first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["device", "check_same_device", "model_device", "synchronize", "clock"]
+
+DeviceLike = torch.device | str | None
+
+
+def device(name: DeviceLike = None) -> torch.device:
+    """The device to run on: ``"cuda"`` when one is available and ``name`` is None or
+    ``"auto"``, else ``"cpu"``; an explicit ``name`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``,
+    a ``torch.device``) is checked and returned.
+
+    Raises ValueError for a name torch does not know, or for ``"cuda"`` on a machine
+    without a CUDA GPU (say ``"cpu"``, or leave it out to pick what is there).
+    """
+    if name is None or name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"device must be 'cpu', 'cuda', 'cuda:N' or None (pick one); got {name!r}"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {name!r} asks for a CUDA GPU, but this machine has none that torch "
+                "can use; use device='cpu', or leave device out to pick what is there"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)"
+            )
+    return dev
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (the package's models keep all on one)."""
+    return next(model.parameters()).device
+
+
+def _same(a: torch.device, b: torch.device) -> bool:
+    # "cuda" and "cuda:0" name one device when the current device is 0; tensors always
+    # report an index, so compare with the index filled in.
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    cur = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return (a.index if a.index is not None else cur) == (b.index if b.index is not None else cur)
+
+
+def check_same_device(what: str, a: torch.device, other: str, b: torch.device) -> None:
+    """ValueError unless ``a`` and ``b`` are one device; the message names both sides."""
+    if not _same(torch.device(a), torch.device(b)):
+        raise ValueError(
+            f"{what} and {other} are on different devices ({a} and {b}); put them on one "
+            "device (model.to(device), tensor.to(device))"
+        )
+
+
+def synchronize(dev: DeviceLike) -> None:
+    """Wait until the work queued on ``dev`` has run (nothing to wait for on a CPU)."""
+    if dev is not None and torch.device(dev).type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def clock(dev: DeviceLike) -> Callable[[], float]:
+    """A wall clock in seconds for timing work on ``dev``: ``time.perf_counter`` on a CPU;
+    on a GPU the same after waiting for the queued work, so an interval holds the work."""
+    if dev is None or torch.device(dev).type != "cuda":
+        return time.perf_counter
+
+    def synced() -> float:
+        torch.cuda.synchronize(dev)
+        return time.perf_counter()
+
+    return synced
