@@ -6,14 +6,65 @@ import torch
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks, reported as ratios measured in one run")
-    p.add_argument("what", choices=["verifier", "speedup"])
-    p.add_argument("--method", choices=["draft", "ngram", "medusa", "all"], default="all")
-    p.add_argument("--out", default=None, help="folder for JSON/CSV/PNG results")
-    p.add_argument("--quick", action="store_true", help="a small, fast sweep")
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--repeats", type=int, default=None)
-    p.set_defaults(run=run)
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks, reported as ratios measured in one run",
+        description="Benchmarks, reported as ratios measured in one run. "
+        "Run `specdec-course bench speedup --help` or `bench verifier --help`.",
+    )
+    what = p.add_subparsers(dest="what", required=True, metavar="{speedup,verifier}")
+    s = what.add_parser(
+        "speedup",
+        help="plain decoding against the draft model, the n-gram draft and Medusa, this CPU",
+        description="Decode the same fixed validation prompts (200 new characters each) with "
+        "plain decoding and with each method, round-robin, batch 1, one thread, at "
+        "temperature 1 then 0; print every method's acceptance, tokens per target call, "
+        "Theorem 3.8's predicted speedup and the measured one (a ratio of medians in this "
+        "run), and the cost of one cached target forward over 1 to 16 new tokens. Writes "
+        "speedup_cpu.json and speedup_cpu.png (the stored ones are in data/results/).\n\n"
+        "Methods:\n"
+        "  draft   the shipped 1-layer draft model, k = 1 ... 8 drafts per iteration\n"
+        "  ngram   the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
+        "  medusa  Medusa heads on the target, chain, small and large trees (lesson 06)\n"
+        "  all     all three",
+    )
+    s.add_argument(
+        "--method",
+        choices=["draft", "ngram", "medusa", "all"],
+        default="all",
+        help="which speculative methods to measure against plain decoding",
+    )
+    s.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="measure at this temperature only (default: 1, then 0)",
+    )
+    s.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="round-robin repeats; the median is kept (default: 5, or 2 with --quick)",
+    )
+    s.add_argument("--quick", action="store_true", help="k = 1 ... 4 only, fewer repeats")
+    s.add_argument(
+        "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
+    )
+    s.set_defaults(run=run)
+    v = what.add_parser(
+        "verifier",
+        help="on a CUDA GPU: the Triton verifier against PyTorch and the memory roofline",
+        description="On a CUDA GPU, time the Triton verifier kernels against the PyTorch "
+        "reference over batch sizes, draft lengths and vocabularies, against the memory "
+        "roofline, and write verifier-<gpu>-<date>.{json,csv,png}. Without a GPU, run a "
+        "correctness sweep under the Triton interpreter instead (its speed says nothing "
+        "about a GPU).",
+    )
+    v.add_argument("--quick", action="store_true", help="a small, fast sweep")
+    v.add_argument(
+        "--out", default=None, help="folder for JSON/CSV/PNG results (default: data/results/)"
+    )
+    v.set_defaults(run=run)
 
 
 def run(args) -> int:
@@ -62,6 +113,9 @@ def _speedup(args) -> int:
     from ..data import CharTokenizer
     from ..model import load_pretrained
 
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1; got {args.repeats}")
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     torch.set_num_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
@@ -79,7 +133,6 @@ def _speedup(args) -> int:
 
         heads = load_heads(target=target)
     temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
-    repeats = args.repeats or (2 if args.quick else 5)
     ks = (1, 2, 3, 4) if args.quick else bench.SPEEDUP_KS
     costs = bench.forward_costs(target, drafts.get("draft", target))
     print("cost of one cached forward (median):")
