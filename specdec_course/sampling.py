@@ -1,6 +1,6 @@
 """Sampling at one position: the speculative accept/resample rule and logit processing.
 
-The rule follows Leviathan et al. 2022 (arXiv:2211.17192), Algorithm 1 and Appendix A.1:
+The rule follows Leviathan et al. 2023 (arXiv:2211.17192), Algorithm 1 and Appendix A.1:
 a token ``x`` drafted from ``q`` is accepted with probability ``min(1, p(x) / q(x))``; on
 rejection a replacement is drawn from the residual ``norm(max(0, p - q))``. The output is then
 distributed exactly as ``p``, whatever ``q`` is.

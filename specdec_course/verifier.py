@@ -2,7 +2,7 @@
 
 This is the reference implementation of what production engines run in one kernel launch
 (vLLM's ``vllm/v1/sample/rejection_sampler.py``, FlashInfer's ``chain_speculative_sampling``).
-It follows Leviathan et al. 2022 (arXiv:2211.17192), Algorithm 1: draft ``x_j`` is accepted
+It follows Leviathan et al. 2023 (arXiv:2211.17192), Algorithm 1: draft ``x_j`` is accepted
 with probability ``min(1, p_j(x_j) / q_j(x_j))``; the first rejected position is resampled
 from the residual ``norm(max(p_j - q_j, 0))``; when every draft is accepted one bonus token
 is drawn from the next target row. ``specdec_course.kernels.rejection_sample_triton`` is the

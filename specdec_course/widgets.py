@@ -20,7 +20,7 @@ from matplotlib.ticker import MaxNLocator
 
 from . import theory
 
-__all__ = ["SpeedupExplorer"]
+__all__ = ["SpeedupExplorer", "CacheStepper", "TreeBuilder"]
 
 
 class _Panels:
@@ -171,3 +171,94 @@ def _draw_sliders(fig, values: dict, maxima: dict) -> None:
         ax.plot([0.12, x], [y, y], color="#2196f3", lw=4, solid_capstyle="round")
         ax.plot([x], [y], "o", ms=9, mfc="white", mec="#888888")
         ax.text(0.44, y, f"{value:.2f}" if isinstance(value, float) else str(value), va="center")
+
+
+class CacheStepper:
+    """Step through a speculative generation's iterations: lesson 04's cache picture, drawn up
+    to the chosen iteration.
+
+    ``events``: ``(n, accepted, target_cache_length, draft_cache_length)`` per iteration, as
+    ``speculative_generate(..., on_iteration=...)`` reports them; ``prompt_len``, ``k`` and
+    ``end`` (prompt + new tokens) as in ``plots.cache_timeline``. ``update(iteration)``
+    returns the state after that iteration (1-based): ``{"iteration", "committed",
+    "accepted", "target_cache", "draft_cache"}``.
+    """
+
+    def __init__(self, events, prompt_len: int, k: int, end: int):
+        from . import plots
+
+        if not events:
+            raise ValueError("events is empty: record at least one iteration")
+        self.events, self.prompt_len, self.k, self.end = list(events), prompt_len, k, end
+        self._plots = plots
+        self.step = widgets.IntSlider(value=1, min=1, max=len(self.events), description="iteration")
+        self.image = widgets.Image(format="png")
+        self.widget = widgets.interactive(self.update, iteration=self.step)
+
+    def update(self, iteration: int) -> dict:
+        n, a, tlen, dlen = self.events[iteration - 1]
+        fig, ax = plt.subplots(figsize=(10, 0.35 * len(self.events) + 0.8))
+        self._plots.cache_timeline(
+            self.events, self.prompt_len, self.k, self.end, upto=iteration, ax=ax
+        )
+        self.image.value = _png(fig)
+        plt.close(fig)
+        return {
+            "iteration": iteration,
+            "committed": n,
+            "accepted": a,
+            "target_cache": tlen,
+            "draft_cache": dlen,
+        }
+
+    def _ipython_display_(self):
+        display(widgets.VBox([self.widget, self.image]))
+
+
+class TreeBuilder:
+    """Grow a Medusa tree node by node (lesson 06): the paths with the largest products of the
+    heads' per-rank accuracies, their attention mask, and the expected accepted length.
+
+    ``accuracy [K, R]``: how often head ``k + 1``'s rank-``r`` guess is right
+    (``medusa.head_accuracy(...)["rank"]``). ``update(nodes)`` returns ``{"nodes", "paths",
+    "expected_accepted"}``, the last being the sum of the paths' products (the expected
+    number of guesses a tree pass accepts, under Medusa's independence approximation).
+    """
+
+    def __init__(self, accuracy, max_nodes: int = 16, nodes: int = 5):
+        import torch
+
+        from . import medusa
+
+        self.accuracy = torch.as_tensor(accuracy, dtype=torch.float64)
+        self._medusa = medusa
+        self.nodes = widgets.IntSlider(value=nodes, min=1, max=max_nodes, description="nodes")
+        self.image = widgets.Image(format="png")
+        self.widget = widgets.interactive(self.update, nodes=self.nodes)
+
+    def expected_accepted(self, paths) -> float:
+        total = 0.0
+        for path in paths:
+            prod = 1.0
+            for depth, rank in enumerate(path):
+                prod *= float(self.accuracy[depth, rank])
+            total += prod
+        return total
+
+    def update(self, nodes: int) -> dict:
+        from . import plots
+
+        paths = self._medusa.greedy_tree(self.accuracy, nodes)
+        tree = self._medusa.build_tree(paths)
+        labels = ["root"] + ["/".join(str(r) for r in p) for p in tree.paths]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        plots.tree_picture(tree, labels, axes=axes)
+        expected = self.expected_accepted(tree.paths)
+        axes[0].set_title(f"{nodes} guesses: {expected:.2f} accepted per pass, expected")
+        fig.tight_layout()
+        self.image.value = _png(fig)
+        plt.close(fig)
+        return {"nodes": nodes, "paths": list(tree.paths), "expected_accepted": expected}
+
+    def _ipython_display_(self):
+        display(widgets.VBox([self.widget, self.image]))

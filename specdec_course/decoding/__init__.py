@@ -1,7 +1,7 @@
 """Decoding with KV caches: plain (the baseline) and speculative, with any proposer.
 
 ``generate`` is plain decoding, one target call per token: the baseline every speedup is
-measured against. ``speculative_generate`` is Leviathan et al. 2022 (arXiv:2211.17192),
+measured against. ``speculative_generate`` is Leviathan et al. 2023 (arXiv:2211.17192),
 Algorithm 1: a proposer drafts ``k`` tokens with the exact distribution of each, the target
 scores all of them in one forward pass, and the verifier keeps the accepted prefix plus one
 recovered or bonus token; the output is distributed exactly as ``generate``'s (and at

@@ -3,7 +3,7 @@
 A proposer drafts up to ``k`` tokens after the committed text and reports, for each, the exact
 distribution ``q`` it was drawn from, after the same temperature / top-k / top-p processing
 as the target's ``p``. That is all the verifier needs to make the output exact
-(Leviathan et al. 2022, Appendix A.1): any ``q`` works, a better one is accepted more often.
+(Leviathan et al. 2023, Appendix A.1): any ``q`` works, a better one is accepted more often.
 The proposer is then told how many tokens were committed, so it can roll back what it
 drafted past them. ``speculative_generate`` drives any object with these three methods:
 

@@ -1,6 +1,6 @@
 """Speculative decoding at batch 1: draft, verify in one target call, commit, repeat.
 
-Leviathan et al. 2022 (arXiv:2211.17192), Algorithm 1, with any proposer (the 1-layer draft
+Leviathan et al. 2023 (arXiv:2211.17192), Algorithm 1, with any proposer (the 1-layer draft
 model, the n-gram draft, ...; see ``proposer``). The output is distributed exactly as
 ``generate``'s; at temperature 0 it is the same tokens.
 
