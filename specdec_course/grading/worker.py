@@ -34,6 +34,9 @@ from .sandbox import Plan, descendants, remove_cgroups, set_subreaper
 
 __all__ = ["Judge", "grade_job", "orphans", "worker_main"]
 
+# How a judge started by Judge.spawn finds its end of the socket pair.
+_FD_VAR = "SPECDEC_JUDGE_FD"
+
 # Starting a worker (it imports torch) and its first kernel, on a busy machine.
 STARTUP_GRACE_S = 120.0
 
@@ -108,9 +111,10 @@ class Judge:
         # The package as this process sees it, even when it was not installed.
         here = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        env[_FD_VAR] = str(child.fileno())  # the judge's end of the socket pair
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "specdec_course.grading.worker", str(child.fileno())],
+                [sys.executable, "-m", "specdec_course.grading.worker"],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(child.fileno(),),
                 env=env,
@@ -218,12 +222,12 @@ def orphans(before: set[int], judges: list[Judge]) -> set[int]:
     return descendants(os.getpid()) - before - keep
 
 
-def _main(argv: list[str]) -> None:
-    conn = Connection(int(argv[0]))
+def _main() -> None:
+    conn = Connection(int(os.environ.pop(_FD_VAR)))
     kind, plan = conn.recv()
     if kind == "plan":
         worker_main(conn, plan)
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1:])
+    _main()
