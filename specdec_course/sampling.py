@@ -11,6 +11,8 @@ run: the draft token (when sampled), then one float64 uniform, then the replacem
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Literal
 
 import torch
@@ -28,6 +30,7 @@ __all__ = [
     "apply_temperature",
     "top_k_filter",
     "top_p_filter",
+    "MIN_TEMPERATURE",
     "check_processing",
     "SamplingOptions",
 ]
@@ -216,10 +219,27 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+# The smallest temperature that is not 0 (greedy). Logits are float32 (at most about 3.4e38)
+# and divided by the temperature: below about 1e-36 a logit of 10 overflows to inf, and the
+# softmax of inf - inf is NaN. 1e-6 leaves room for any logit a model here produces, and
+# nothing below it samples differently from greedy decoding in practice.
+MIN_TEMPERATURE = 1e-6
+
+
 def check_processing(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    """ValueError unless the options are a temperature >= 0, top_k >= 1 and 0 < top_p <= 1."""
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 means greedy); got {temperature}")
+    """ValueError unless the options are a temperature of 0 (greedy) or a finite number
+    >= ``MIN_TEMPERATURE``, top_k >= 1 and 0 < top_p <= 1."""
+    t = temperature
+    if (
+        isinstance(t, bool)
+        or not isinstance(t, numbers.Real)
+        or not math.isfinite(t)
+        or not (t == 0 or t >= MIN_TEMPERATURE)
+    ):
+        raise ValueError(
+            f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} "
+            f"(smaller ones overflow the logits once divided by it); got {temperature!r}"
+        )
     if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
         raise ValueError(f"top_k must be a whole number >= 1 or None; got {top_k!r}")
     if top_p is not None and not 0.0 < top_p <= 1.0:

@@ -8,34 +8,28 @@ and refreshes its matplotlib figure, so it can be tested without a browser: set 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import display
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from . import theory
 
 __all__ = ["SpeedupExplorer", "CacheStepper", "TreeBuilder"]
 
 
-class SpeedupExplorer:
-    """Sliders for alpha, gamma and c; curves of expected tokens and speedup against gamma.
+class _Panels:
+    """The explorer's two panels on ``fig``: expected tokens and speedup against gamma."""
 
-    ``update(alpha, gamma, c)`` returns ``{"expected_tokens", "speedup", "best_gamma",
-    "best_speedup"}`` for the chosen point and moves the figure's lines and markers.
-    """
-
-    def __init__(self, alpha: float = 0.8, gamma: int = 4, c: float = 0.1, max_gamma: int = 16):
-        self.max_gamma = max_gamma
+    def __init__(self, fig, max_gamma: int):
+        self.fig = fig
         self.gammas = np.arange(0, max_gamma + 1)
-        self.alpha = widgets.FloatSlider(
-            value=alpha, min=0.0, max=0.99, step=0.01, description="alpha"
-        )
-        self.gamma = widgets.IntSlider(value=gamma, min=0, max=max_gamma, description="gamma")
-        self.c = widgets.FloatSlider(value=c, min=0.0, max=1.0, step=0.01, description="c")
-        self.fig, (self.ax_tokens, self.ax_speed) = plt.subplots(1, 2, figsize=(9, 3.2))
-        plt.close(self.fig)  # shown through self.image, not by the inline backend
+        self.ax_tokens, self.ax_speed = fig.subplots(1, 2)
         (self.tokens_line,) = self.ax_tokens.plot(self.gammas, self.gammas * 0.0, marker=".")
         (self.tokens_point,) = self.ax_tokens.plot([0], [0], "o", color="C3")
         (self.speed_line,) = self.ax_speed.plot(self.gammas, self.gammas * 0.0, marker=".")
@@ -43,33 +37,36 @@ class SpeedupExplorer:
         (self.best_point,) = self.ax_speed.plot(
             [0], [0], "*", ms=14, color="C2", label="best gamma"
         )
-        self.ax_speed.axhline(1.0, color="gray", lw=0.8, ls="--")
-        self.ax_tokens.set_xlabel("gamma")
+        even = self.ax_speed.axhline(1.0, color="gray", lw=0.8, ls="--", label="break-even")
+        for ax in (self.ax_tokens, self.ax_speed):
+            ax.set_xlabel("gamma (drafts per target call)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # gamma is a whole number
+            ax.set_xlim(-0.5, max_gamma + 0.5)
         self.ax_tokens.set_ylabel("expected tokens per target call")
-        self.ax_speed.set_xlabel("gamma")
         self.ax_speed.set_ylabel("speedup (Theorem 3.8)")
-        self.ax_speed.legend(fontsize=8, loc="lower right")
-        self.fig.tight_layout()
-        self.image = widgets.Image(format="png")
-        self.widget = widgets.interactive(self.update, alpha=self.alpha, gamma=self.gamma, c=self.c)
+        # Below both panels, outside them: no curve can run under the legend, whatever c is.
+        fig.legend(
+            handles=[self.speed_point, self.best_point, even],
+            loc="outside lower center",
+            ncols=3,
+            fontsize=8,
+            frameon=False,
+        )
 
-    def update(self, alpha: float, gamma: int, c: float) -> dict:
+    def draw(self, alpha: float, gamma: int, c: float) -> dict:
         tokens = np.array([theory.expected_tokens(alpha, int(g)) for g in self.gammas])
         speed = tokens / (self.gammas * c + 1.0)
-        best = theory.optimal_gamma(alpha, c, max_gamma=self.max_gamma)
+        best = theory.optimal_gamma(alpha, c, max_gamma=int(self.gammas[-1]))
         self.tokens_line.set_ydata(tokens)
         self.tokens_point.set_data([gamma], [tokens[gamma]])
         self.speed_line.set_ydata(speed)
         self.speed_point.set_data([gamma], [speed[gamma]])
         self.best_point.set_data([best], [speed[best]])
-        self.ax_tokens.set_ylim(0, self.max_gamma + 1.5)
+        # Each axis follows its curve: at alpha = 0.7 the tokens stay below 3.4 of 17.
+        self.ax_tokens.set_ylim(0, max(2.0, tokens.max() * 1.1))
         self.ax_speed.set_ylim(0, max(1.5, speed.max() * 1.1))
-        self.ax_speed.set_title(f"alpha={alpha:.2f}, c={c:.2f}: best gamma {best}")
-        # The figure travels as PNG bytes in an Image widget: no display messages, so the
-        # explorer behaves the same in JupyterLab, under nbclient and under nbval.
-        buf = io.BytesIO()
-        self.fig.savefig(buf, format="png", dpi=80)
-        self.image.value = buf.getvalue()
+        self.ax_tokens.set_title(f"alpha = {alpha:.2f}", fontsize=10)
+        self.ax_speed.set_title(f"c = {c:.2f}: best gamma {best}", fontsize=10)
         return {
             "expected_tokens": float(tokens[gamma]),
             "speedup": float(speed[gamma]),
@@ -77,15 +74,103 @@ class SpeedupExplorer:
             "best_speedup": float(speed[best]),
         }
 
-    def _ipython_display_(self):
-        display(widgets.VBox([self.widget, self.image]))
-
 
 def _png(fig) -> bytes:
-    # Figures travel as PNG bytes in an Image widget (see SpeedupExplorer.update).
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     return buf.getvalue()
+
+
+class SpeedupExplorer:
+    """Sliders for alpha, gamma and c; curves of expected tokens and speedup against gamma.
+
+    ``update(alpha, gamma, c)`` returns ``{"expected_tokens", "speedup", "best_gamma",
+    "best_speedup"}`` for the chosen point, moves the figure's lines and markers and writes
+    the same numbers in the readout line (``explorer.readout.value``).
+    """
+
+    def __init__(self, alpha: float = 0.8, gamma: int = 4, c: float = 0.1, max_gamma: int = 16):
+        self.max_gamma = max_gamma
+        self.alpha = widgets.FloatSlider(
+            value=alpha, min=0.0, max=0.99, step=0.01, description="alpha"
+        )
+        self.gamma = widgets.IntSlider(value=gamma, min=0, max=max_gamma, description="gamma")
+        self.c = widgets.FloatSlider(value=c, min=0.0, max=1.0, step=0.01, description="c")
+        # Constrained layout is recomputed at every draw: titles and labels of any length fit.
+        # A figure outside pyplot, on its own Agg canvas: shown through self.image, never by
+        # the inline backend, and drawable (and measurable) anywhere.
+        self.fig = Figure(figsize=(9, 3.6), layout="constrained")
+        FigureCanvasAgg(self.fig)
+        self.panels = p = _Panels(self.fig, max_gamma)
+        self.ax_tokens, self.ax_speed = p.ax_tokens, p.ax_speed
+        self.gammas, self.tokens_line, self.speed_line = p.gammas, p.tokens_line, p.speed_line
+        self.speed_point, self.best_point = p.speed_point, p.best_point
+        self.readout = widgets.HTML()
+        self.image = widgets.Image(format="png")
+        self.widget = widgets.interactive(self.update, alpha=self.alpha, gamma=self.gamma, c=self.c)
+
+    def update(self, alpha: float, gamma: int, c: float) -> dict:
+        result = self.panels.draw(alpha, gamma, c)
+        self.readout.value = (
+            f"gamma = {gamma}: {result['expected_tokens']:.2f} tokens per target call, "
+            f"speedup {result['speedup']:.2f}x &nbsp;|&nbsp; best gamma = "
+            f"{result['best_gamma']}: {result['best_speedup']:.2f}x"
+        )
+        # The figure travels as PNG bytes in an Image widget: no display messages, so the
+        # explorer behaves the same in JupyterLab, under nbclient and under nbval.
+        self.image.value = _png(self.fig)
+        return result
+
+    def _ipython_display_(self):
+        box = widgets.VBox([self.widget, self.readout, self.image])
+        bundle = box._repr_mimebundle_()
+        # What a view without the live widget shows (a saved notebook, a text console):
+        # a sentence, not a truncated repr of the widget tree.
+        bundle["text/plain"] = (
+            f"SpeedupExplorer(alpha={self.alpha.value:.2f}, gamma={self.gamma.value}, "
+            f"c={self.c.value:.2f}): run the notebook to move its sliders"
+        )
+        display(bundle, raw=True)
+
+    def save_preview(self, path: str | Path) -> Path:
+        """Write a PNG of the explorer as it stands (sliders, readout and panels) to ``path``:
+        the picture a notebook shows before its kernel runs. Returns the path."""
+        values = {"alpha": self.alpha.value, "gamma": self.gamma.value, "c": self.c.value}
+        fig = plt.figure(figsize=(9, 4.6), layout="constrained")
+        try:
+            top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 3.6])
+            _draw_sliders(top, values, {"alpha": 0.99, "gamma": self.max_gamma, "c": 1.0})
+            result = _Panels(bottom, self.max_gamma).draw(**values)
+            top.text(
+                0.5,
+                0.02,
+                f"gamma = {values['gamma']}: {result['expected_tokens']:.2f} tokens per target "
+                f"call, speedup {result['speedup']:.2f}x  |  best gamma = "
+                f"{result['best_gamma']}: {result['best_speedup']:.2f}x",
+                ha="center",
+                fontsize=9,
+            )
+            path = Path(path)
+            path.write_bytes(_png(fig))
+        finally:
+            plt.close(fig)
+        return path
+
+
+def _draw_sliders(fig, values: dict, maxima: dict) -> None:
+    # What ipywidgets' sliders look like: a label, a track, a handle and the value.
+    ax = fig.add_axes((0, 0.25, 1, 0.75))
+    ax.set_axis_off()
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.5, len(values) - 0.5)
+    for row, (name, value) in enumerate(values.items()):
+        y = len(values) - 1 - row
+        x = 0.12 + 0.3 * value / maxima[name]
+        ax.text(0.1, y, name, ha="right", va="center", fontsize=9)
+        ax.plot([0.12, 0.42], [y, y], color="#bbbbbb", lw=4, solid_capstyle="round")
+        ax.plot([0.12, x], [y, y], color="#2196f3", lw=4, solid_capstyle="round")
+        ax.plot([x], [y], "o", ms=9, mfc="white", mec="#888888")
+        ax.text(0.44, y, f"{value:.2f}" if isinstance(value, float) else str(value), va="center")
 
 
 class CacheStepper:

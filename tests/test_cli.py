@@ -1,12 +1,18 @@
 """The `specdec-course` command: generate and bench speedup, driven through `cli.main`."""
 
+import argparse
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 from specdec_course import bench, cli, theory
 from specdec_course.data import CharTokenizer
+from specdec_course.decoding import speculative_generate
 from specdec_course.model import load_pretrained
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_generate_greedy_is_the_same_text_for_both_methods(capsys):
@@ -98,3 +104,131 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
     assert [r["tree"] for r in res["medusa"]] == ["chain", "small", "large"]
     assert (tmp_path / "speedup_cpu.png").stat().st_size > 10_000
     assert "cost of one cached forward" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- help texts
+
+
+def _parsers(parser, path=("specdec-course",)):
+    """Every (sub)command's parser, with the words that reach it."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_option_of_every_command_has_help_and_shows_its_default():
+    for path, parser in _parsers(cli.build_parser()):
+        text = parser.format_help()
+        assert parser.description, f"{' '.join(path)} has no description"
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            where = f"{' '.join(path)} {action.option_strings or action.dest}"
+            assert action.help, f"{where} has no help text"
+            if action.default not in (None, False) and action.option_strings:
+                assert f"(default: {action.default}" in text, f"{where} hides its default"
+
+
+def test_bench_speedup_help_describes_the_benchmark_and_its_methods(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "speedup", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: specdec-course bench speedup")
+    for words in ("round-robin", "Theorem 3.8", "draft", "ngram", "medusa", "(default: all)"):
+        assert words in out
+    assert "--repeats" in out and "verifier" not in out.split("options:")[0].split("\n")[0]
+
+
+def test_generate_help_names_the_fastest_method_of_the_stored_bench(capsys):
+    best = bench.fastest_method(bench.load_speedup_results())
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"--method {best['method']} --k {best['k']}" in out
+    assert "--compare" in out and "(default: speculative)" in out
+
+
+def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
+    best = bench.fastest_method(bench.load_speedup_results())
+    assert not best["plain_fastest"] and best["method"] == "ngram"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"`--method {best['method']} --k {best['k']}`" in readme
+    assert f"{best['speedup']:.2f}x plain decoding" in readme
+    # ... and what the draft model gains at best in the same bench.
+    draft = max(
+        bench.load_speedup_results()["results"][0]["methods"]["draft"],
+        key=lambda r: r["measured_speedup"],
+    )
+    assert f"gains at most {draft['measured_speedup']:.2f}x there (k = {draft['k']})" in readme
+
+
+# ----------------------------------------------------------------------------- generate
+
+
+def test_generate_compare_times_the_method_against_plain_decoding(capsys):
+    args = ["generate", "--method", "ngram", "--max-new-tokens", "20", "--compare"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out.split("-" * 60)[1]
+    assert "on this machine (median of 5 round-robin runs each): ngram" in out
+    assert "autoregressive" in out and "chars/s" in out
+    assert "as fast as plain decoding" in out or "plain decoding is faster" in out
+
+
+def test_generate_compare_with_plain_decoding_says_there_is_nothing_to_compare(capsys):
+    args = ["generate", "--method", "autoregressive", "--max-new-tokens", "5", "--compare"]
+    assert cli.main(args) == 0
+    assert "nothing to compare" in capsys.readouterr().out
+
+
+def test_generate_with_a_huge_k_drafts_at_most_the_characters_left(capsys):
+    # Noise for [max_new_tokens, k + 1, V] up front would be 14.5 GB at k = 10**6.
+    assert cli.main(["generate", "--k", "1000000", "--max-new-tokens", "30"]) == 0
+    assert "30 new characters" in capsys.readouterr().out
+    target, draft = load_pretrained("target"), load_pretrained("draft")
+    prompt = CharTokenizer(target.vocab).encode("ROMEO:")
+    outs = []
+    for k in (10**12, 19):  # k' = min(k, max_new_tokens - 1): the same random numbers
+        g = torch.Generator().manual_seed(3)
+        out, stats = speculative_generate(target, draft, prompt, 20, k=k, generator=g)
+        outs.append(out)
+        assert max(stats.accepted_per_iteration) <= 19
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("temperature", ["1e-320", "1e-9", "inf", "-inf", "nan", "-1"])
+def test_generate_rejects_a_temperature_outside_its_range(temperature, capsys):
+    assert cli.main(["generate", f"--temperature={temperature}", "--max-new-tokens", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "temperature must be 0 (greedy) or a finite number >= 1e-06" in err
+    assert "Traceback" not in err
+
+
+def test_generate_accepts_the_smallest_temperature_and_greedy(capsys):
+    for t in ("1e-6", "0"):
+        assert cli.main(["generate", "--temperature", t, "--max-new-tokens", "5"]) == 0
+    assert "nan" not in capsys.readouterr().out.lower()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["train", "--preset", "medusa", "--steps", "0"], "--steps must be >= 1"),
+        (["train", "--preset", "medusa", "--init-from", "x.pt"], "--init-from does not apply"),
+        (["train", "--preset", "medusa", "--distill-from", "x.pt"], "--distill-from does not"),
+        (["bench", "speedup", "--repeats", "0"], "--repeats must be >= 1"),
+        (["grade", "x.ipynb", "--scheduler", "local:0"], "--scheduler must be"),
+        (["grade", "x.ipynb", "--scheduler", "myhost"], "--scheduler must be"),
+    ],
+)
+def test_bad_options_get_one_clear_error_and_no_work(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.ipynb").write_text("{}")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not any(tmp_path.glob("*.pt")) and not any(tmp_path.glob("*.csv"))

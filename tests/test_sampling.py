@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specdec_course import sampling, stats, theory
+from specdec_course.sampling import MIN_TEMPERATURE, SamplingOptions, process_logits
 
 P = torch.tensor([0.50, 0.25, 0.15, 0.07, 0.03], dtype=torch.float64)
 Q = torch.tensor([0.30, 0.40, 0.10, 0.15, 0.05], dtype=torch.float64)
@@ -245,3 +246,18 @@ def test_processing_options_are_validated():
         sampling.process_logits(torch.zeros(3), top_k=0)
     with pytest.raises(ValueError, match="top_p"):
         sampling.process_logits(torch.zeros(3), top_p=1.5)
+
+
+@pytest.mark.parametrize("t", [1e-320, 1e-7, float("inf"), float("nan"), -0.5, True, "1"])
+def test_temperatures_that_underflow_or_are_not_finite_are_rejected_with_the_range(t):
+    with pytest.raises(ValueError, match=r"0 \(greedy\) or a finite number >= 1e-06"):
+        SamplingOptions(t)
+    with pytest.raises(ValueError, match="finite number"):
+        process_logits(torch.zeros(3), t)
+
+
+def test_the_smallest_temperature_gives_finite_probabilities():
+    logits = torch.tensor([30.0, -30.0, 29.999])
+    p = process_logits(logits, MIN_TEMPERATURE)
+    assert torch.isfinite(p).all() and p.sum().item() == pytest.approx(1.0)
+    assert torch.isfinite(SamplingOptions(MIN_TEMPERATURE).logits(logits)).all()

@@ -9,6 +9,8 @@ both on a GPU in one check (``specdec-course bench gpu``), stored for machines w
 
 from .beyond import *  # noqa: F403
 from .beyond import __all__ as _beyond_all
+from .compare import *  # noqa: F403
+from .compare import __all__ as _compare_all
 from .gpu import *  # noqa: F403
 from .gpu import __all__ as _gpu_all
 from .speedup import *  # noqa: F403
@@ -16,4 +18,4 @@ from .speedup import __all__ as _speedup_all
 from .verifier import *  # noqa: F403
 from .verifier import __all__ as _verifier_all
 
-__all__ = [*_verifier_all, *_speedup_all, *_gpu_all, *_beyond_all]
+__all__ = [*_verifier_all, *_speedup_all, *_compare_all, *_gpu_all, *_beyond_all]

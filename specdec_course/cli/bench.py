@@ -1,4 +1,4 @@
-"""``specdec-course bench verifier|speedup|gpu``: benchmarks, reported as ratios in one run."""
+"""``specdec-course bench speedup|verifier|gpu|beyond``: benchmarks, ratios in one run."""
 
 from __future__ import annotations
 
@@ -6,24 +6,100 @@ import torch
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks, reported as ratios measured in one run")
-    p.add_argument(
-        "what",
-        choices=["verifier", "speedup", "gpu", "beyond"],
-        help="gpu: the verifier sweep and the speedups on a CUDA GPU, stored in data/results/;"
-        " beyond: dynamic k, batch sizes and block verification on the CPU",
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks, reported as ratios measured in one run",
+        description="Benchmarks, reported as ratios measured in one run. "
+        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond) for each one.",
     )
-    p.add_argument("--method", choices=["draft", "ngram", "medusa", "all"], default="all")
-    p.add_argument("--out", default=None, help="folder for JSON/CSV/PNG results")
-    p.add_argument("--quick", action="store_true", help="a small, fast sweep")
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--repeats", type=int, default=None)
-    p.add_argument(
+    what = p.add_subparsers(dest="what", required=True, metavar="{speedup,verifier,gpu,beyond}")
+    s = what.add_parser(
+        "speedup",
+        help="plain decoding against the draft model, the n-gram draft and Medusa, this CPU",
+        description="Decode the same fixed validation prompts (200 new characters each) with "
+        "plain decoding and with each method, round-robin, batch 1, one thread, at "
+        "temperature 1 then 0; print every method's acceptance, tokens per target call, "
+        "Theorem 3.8's predicted speedup and the measured one (a ratio of medians in this "
+        "run), and the cost of one cached target forward over 1 to 16 new tokens. Writes "
+        "speedup_cpu.json and speedup_cpu.png (the stored ones are in data/results/).\n\n"
+        "Methods:\n"
+        "  draft   the shipped 1-layer draft model, k = 1 ... 8 drafts per iteration\n"
+        "  ngram   the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
+        "  medusa  Medusa heads on the target, chain, small and large trees (lesson 06)\n"
+        "  all     all three",
+    )
+    s.add_argument(
+        "--method",
+        choices=["draft", "ngram", "medusa", "all"],
+        default="all",
+        help="which speculative methods to measure against plain decoding",
+    )
+    s.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="measure at this temperature only (default: 1, then 0)",
+    )
+    s.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="round-robin repeats; the median is kept (default: 5, or 2 with --quick)",
+    )
+    s.add_argument("--quick", action="store_true", help="k = 1 ... 4 only, fewer repeats")
+    s.add_argument(
+        "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
+    )
+    s.set_defaults(run=run)
+    v = what.add_parser(
+        "verifier",
+        help="on a CUDA GPU: the Triton verifier against PyTorch and the memory roofline",
+        description="On a CUDA GPU, time the Triton verifier kernels against the PyTorch "
+        "reference over batch sizes, draft lengths and vocabularies, against the memory "
+        "roofline, and write verifier-<gpu>-<date>.{json,csv,png}. Without a GPU, run a "
+        "correctness sweep under the Triton interpreter instead (its speed says nothing "
+        "about a GPU).",
+    )
+    v.add_argument("--quick", action="store_true", help="a small, fast sweep")
+    v.add_argument(
+        "--out", default=None, help="folder for JSON/CSV/PNG results (default: data/results/)"
+    )
+    v.set_defaults(run=run)
+    g = what.add_parser(
+        "gpu",
+        help="the one prepared GPU check: verifier sweep and speedups on a CUDA GPU",
+        description="On a CUDA GPU: the verifier sweep (B, K, V) with do_bench, the byte "
+        "model and the fraction of HBM peak, FlashInfer beside it when installed, and the "
+        "speedup bench for the draft model, the n-gram draft and Medusa; writes "
+        "data/results/{verifier,speedup,gpu_check}-<gpu>-<date>.*. With --dry the same "
+        "steps run on the CPU at tiny sizes (the Triton interpreter), results to a "
+        "temporary folder, so the check cannot rot. tools/gpu_check.sh wraps it.",
+    )
+    g.add_argument(
         "--dry",
         action="store_true",
-        help="bench gpu only: run the check on the CPU at tiny sizes (results to a temp folder)",
+        help="run the check on the CPU at tiny sizes (results to a temporary folder)",
     )
-    p.set_defaults(run=run)
+    g.add_argument("--out", default=None, help="folder for the results (default: data/results/)")
+    g.set_defaults(run=run)
+    b = what.add_parser(
+        "beyond",
+        help="dynamic k, batch sizes and block verification on this CPU (lessons 08, 09)",
+        description="Measure on this CPU, one thread: dynamic draft length (Hugging Face's "
+        "heuristic, a confidence stop, an alpha/cost controller) against every fixed k; "
+        "batched plain and speculative decoding for B = 1 ... 256 with the target's call "
+        "costs and the ceiling they allow; block against token-wise verification. Writes "
+        "beyond_cpu.json (the stored one is in data/results/, read by lessons 08 and 09).",
+    )
+    b.add_argument("--quick", action="store_true", help="fewer batch sizes and repeats")
+    b.add_argument(
+        "--repeats", type=int, default=None, help="repeats (default: 5, or 2 with --quick)"
+    )
+    b.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (default: 1)"
+    )
+    b.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
+    b.set_defaults(run=run)
 
 
 def run(args) -> int:
@@ -88,6 +164,9 @@ def _speedup(args) -> int:
     from ..data import CharTokenizer
     from ..model import load_pretrained
 
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1; got {args.repeats}")
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     torch.set_num_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
@@ -105,7 +184,6 @@ def _speedup(args) -> int:
 
         heads = load_heads(target=target)
     temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
-    repeats = args.repeats or (2 if args.quick else 5)
     ks = (1, 2, 3, 4) if args.quick else bench.SPEEDUP_KS
     costs = bench.forward_costs(target, drafts.get("draft", target))
     print("cost of one cached forward (median):")

@@ -8,17 +8,39 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("grade", help="grade notebook submissions (files or folders)")
-    p.add_argument("submissions", nargs="+")
+    p = sub.add_parser(
+        "grade",
+        help="grade notebook submissions (files or folders)",
+        description="Grade a class: every notebook runs in its own sandboxed kernel "
+        "(bubblewrap), and the checks are judged outside it. Writes the gradebook (one row "
+        "per submission), a per-check CSV beside it and, with --junit, JUnit XML. By "
+        "default a pool of local workers grades; --scheduler sends one task per submission "
+        "to a Dask cluster instead.",
+    )
+    p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them")
     p.add_argument(
         "--out",
         default="grades.csv",
         help="gradebook CSV, one row per submission; per-check rows go to NAME.checks.csv",
     )
     p.add_argument("--junit", default=None, help="also write JUnit XML here")
-    p.add_argument("--workers", type=int, default=None, help="parallel submissions")
-    p.add_argument("--cell-timeout", type=float, default=60.0)
-    p.add_argument("--notebook-timeout", type=float, default=300.0)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="submissions graded at once on this machine (default: the number of CPUs)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="grade on a Dask cluster instead of local workers: tcp://HOST:8786 (a running "
+        "scheduler; every worker needs this package and bubblewrap) or local:N (a local "
+        "cluster of N workers)",
+    )
+    p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell and check")
+    p.add_argument(
+        "--notebook-timeout", type=float, default=300.0, help="seconds for all of a notebook"
+    )
     p.add_argument(
         "--memory-mb",
         type=int,
@@ -60,10 +82,16 @@ def run(args) -> int:
             memory_mb=args.memory_mb,
             seed=args.seed,
             sandbox_mode=args.sandbox,
+            scheduler=args.scheduler,
         )
-    except RuntimeError as e:  # --sandbox require, and bubblewrap cannot run here
-        raise ValueError(f"no sandbox: {e}") from e
+    except RuntimeError as e:  # --sandbox require and no bubblewrap; an unreachable cluster
+        raise ValueError(str(e) if args.scheduler else f"no sandbox: {e}") from e
     wall = time.monotonic() - t0
+    where = (
+        f"Dask: {args.scheduler}"
+        if args.scheduler
+        else f"{args.workers or os.cpu_count() or 1} workers"
+    )
     batch.write_csv(results, out)
     batch.write_checks_csv(results, batch.checks_csv_path(out))
     if args.junit:
@@ -73,7 +101,7 @@ def run(args) -> int:
     full = sum(r.points == r.max_points and r.max_points > 0 for r in results)
     print(
         f"\n{len(results)} submissions graded in {wall:.1f} s "
-        f"({args.workers or os.cpu_count() or 1} workers); {full} with full points; "
+        f"({where}); {full} with full points; "
         f"{total:g} points in all; cases drawn with --seed {results.seed}. "
         f"CSV: {out} (per check: {batch.checks_csv_path(out)})"
         + (f", JUnit: {args.junit}" if args.junit else "")

@@ -6,22 +6,48 @@ import torch
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train a preset (target, draft, medusa)")
-    p.add_argument("--preset", required=True, choices=["target", "draft", "medusa"])
-    p.add_argument("--steps", type=int, default=None, help="override the preset's step count")
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser(
+        "train",
+        help="train a preset (target, draft, medusa)",
+        description="Rebuild a shipped checkpoint on the CPU: the 4-layer target, the 1-layer "
+        "draft (then distilled from the target with --init-from and --distill-from), or the "
+        "Medusa heads on the frozen shipped target. data/README.md gives the commands, their "
+        "wall times and the figures they reach.",
+    )
+    p.add_argument(
+        "--preset",
+        required=True,
+        choices=["target", "draft", "medusa"],
+        help="what to train",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="random seed of the initialisation and batches"
+    )
     p.add_argument("--out", default=None, help="checkpoint path (default: data/checkpoints/)")
-    p.add_argument("--distill-from", default=None, help="teacher checkpoint for the draft")
-    p.add_argument("--init-from", default=None, help="start from this checkpoint's weights")
+    p.add_argument(
+        "--distill-from", default=None, help="teacher checkpoint for the draft (not medusa)"
+    )
+    p.add_argument(
+        "--init-from", default=None, help="start from this checkpoint's weights (not medusa)"
+    )
     p.add_argument(
         "--distill-loss",
         choices=["kl", "tv"],
         default="kl",
         help="soft-label loss with --distill-from: kl, or tv (1 - acceptance rate)",
     )
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate override")
-
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument(
+        "--lr", type=float, default=None, help="peak learning rate (default: the preset's)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     p.set_defaults(run=run)
 
 

@@ -1,21 +1,63 @@
-"""The batch grader's worker process: a judge that grades one submission after another.
+"""The judge process: a worker that grades one submission after another, and its handle.
 
-The parent (:mod:`.runner`) starts :func:`worker_main` once per pool slot and sends it jobs
-(``("job", Job as a dict)``) on a pipe; it answers each with ``("result", SubmissionResult as
-a dict)``, and ends on ``("stop", None)`` or when the pipe closes. A worker imports torch and
-the exercise modules once, not once per submission. It never runs student code itself: that
-runs in the kernels it starts (:mod:`.judge`), in a sandbox, as its children.
+A :class:`Judge` is the parent's handle on one worker process (``python -m
+specdec_course.grading.worker FD``), started in its own process group with one end of a
+socket pair. The parent sends it jobs (``("job", Job as a dict)``); the worker answers each
+with ``("result", SubmissionResult as a dict)`` and ends on ``("stop", None)`` or when the
+socket closes. The local pool (:mod:`.runner`) keeps several judges; a Dask task
+(:mod:`.cluster`) keeps one per worker thread: both grade through :meth:`Judge.send` and
+:meth:`Judge.answer`, which turns a worker that died, sent nonsense or ran past the hard
+deadline into a lost result, so that only that submission pays.
+
+A worker is a plain subprocess, not a ``multiprocessing.Process``: a Dask worker is a
+daemonic process, which ``multiprocessing`` forbids to have children. It imports torch and
+the exercise modules once, not once per submission, and never runs student code itself:
+that runs in the kernels it starts (:mod:`.judge`), in a sandbox, as its children.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from .jobs import Job, SubmissionResult
-from .sandbox import Plan, set_subreaper
+from .sandbox import Plan, descendants, remove_cgroups, set_subreaper
 
-__all__ = ["worker_main"]
+__all__ = ["Judge", "grade_job", "orphans", "worker_main"]
+
+# How a judge started by Judge.spawn finds its end of the socket pair.
+_FD_VAR = "SPECDEC_JUDGE_FD"
+
+# Starting a worker (it imports torch) and its first kernel, on a busy machine.
+STARTUP_GRACE_S = 120.0
+
+
+def grade_job(job: Job, plan: Plan, seq: int) -> SubmissionResult:
+    """Grade ``job`` in kernels under ``plan``; a grader bug becomes a "crashed" result."""
+    from .judge import grade_submission
+
+    try:
+        return grade_submission(job, plan, seq)
+    except BaseException as e:  # noqa: BLE001 - always answer the parent
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return SubmissionResult(
+            job.file,
+            job.exercise,
+            job.failed_checks("crashed", f"the grader failed: {type(e).__name__}: {e}"),
+            [f"the grader failed on this submission: {type(e).__name__}: {e}"],
+            0.0,
+            seed=job.seed,
+        )
 
 
 def worker_main(conn, plan_dict: dict[str, Any]) -> None:
@@ -32,8 +74,6 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
     import torch
 
     torch.set_num_threads(1)  # the judge's share of the cores; the kernels have theirs
-    from .judge import grade_submission
-
     plan = Plan.from_dict(plan_dict)
     seq = 0
     while True:
@@ -43,22 +83,151 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
             return
         if kind != "job":
             return
-        job = Job.from_dict(payload)
         seq += 1
-        try:
-            res = grade_submission(job, plan, seq)
-        except BaseException as e:  # noqa: BLE001 - always answer the parent
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            res = SubmissionResult(
-                job.file,
-                job.exercise,
-                job.failed_checks("crashed", f"the grader failed: {type(e).__name__}: {e}"),
-                [f"the grader failed on this submission: {type(e).__name__}: {e}"],
-                0.0,
-                seed=job.seed,
-            )
+        res = grade_job(Job.from_dict(payload), plan, seq)
         try:
             conn.send(("result", res.to_dict()))
         except (OSError, ValueError):
             return
+
+
+@dataclass
+class Judge:
+    """A worker process, the submission it is grading (if any) and that one's deadline."""
+
+    proc: subprocess.Popen
+    conn: Connection  # the parent's end of the socket pair
+    index: int | None = None  # the caller's number for the submission it is grading
+    job: Job | None = None
+    start: float = 0.0
+    deadline: float = math.inf
+    dead: bool = False
+
+    @classmethod
+    def spawn(cls, plan: Plan) -> Judge:
+        """Start a worker that grades under ``plan``. Raises ``OSError`` if it cannot start."""
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        # The package as this process sees it, even when it was not installed.
+        here = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        env[_FD_VAR] = str(child.fileno())  # the judge's end of the socket pair
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "specdec_course.grading.worker"],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(child.fileno(),),
+                env=env,
+            )
+        finally:
+            child.close()
+        conn = Connection(parent.detach())
+        conn.send(("plan", plan.to_dict()))
+        return cls(proc, conn)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, job: Job, index: int | None = None) -> None:
+        """Hand the worker ``job``; its hard deadline starts now."""
+        self.index, self.job, self.start = index, job, time.monotonic()
+        self.deadline = self.start + job.deadline_s + STARTUP_GRACE_S
+        self.conn.send(("job", job.to_dict()))
+
+    def answer(self, ready: bool) -> tuple[SubmissionResult | None, bool]:
+        """``(result, worker broken)`` once the busy worker answered (``ready``: its socket
+        has data), died, sent nonsense or ran past its deadline; ``(None, False)`` while it
+        works. The job is then done: a broken worker must be :meth:`kill`-ed."""
+        res, broken = self._answer(ready)
+        if res is not None and not broken:
+            self.job = self.index = None
+        return res, broken
+
+    def _answer(self, ready: bool) -> tuple[SubmissionResult | None, bool]:
+        if ready:
+            try:
+                kind, payload = self.conn.recv()
+            except (EOFError, OSError):
+                return self.lost("crashed", "the grading worker died (out of memory?)"), True
+            except Exception as e:  # noqa: BLE001 - an unpicklable message
+                return self.lost("crashed", f"the grader got a malformed result ({e})"), True
+            if kind != "result":
+                return self.lost("crashed", "the grading worker sent nothing usable"), True
+            try:
+                return SubmissionResult.from_dict(payload), False
+            except (ValueError, TypeError, KeyError) as e:
+                return self.lost("crashed", f"the grader got a malformed result ({e})"), True
+        if time.monotonic() > self.deadline:
+            message = "the submission ran past the grader's hard limit and was killed"
+            return self.lost("timeout", message), True
+        return None, False
+
+    def lost(self, status: str, message: str) -> SubmissionResult:
+        """The result of the job in hand when the worker was lost: 0 points, the reason."""
+        job = self.job
+        return SubmissionResult(
+            job.file,
+            job.exercise,
+            job.failed_checks(status, message),
+            [message, "the grading worker was lost"],
+            time.monotonic() - self.start,
+            seed=job.seed,
+        )
+
+    def kill(self) -> None:
+        """Kill the worker and what it started; empty its kernels' cgroups."""
+        # Its process group holds it and any unsandboxed kernel's children that stayed in it;
+        # a sandbox dies with it (--die-with-parent), and its cgroups are emptied here.
+        for kill in (lambda: os.killpg(self.proc.pid, 9), lambda: os.kill(self.proc.pid, 9)):
+            try:
+                kill()
+                break
+            except (ProcessLookupError, PermissionError, OSError):
+                continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.close()
+        self.dead, self.job, self.index = True, None, None
+        remove_cgroups(f"specdec-grade-{self.proc.pid}-")
+
+    def stop(self) -> None:
+        """Ask the worker to end; kill it if it has not within 10 seconds."""
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(("stop", None))
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.close()
+
+
+def _mp_helpers() -> set[int]:
+    from multiprocessing import resource_tracker
+
+    pid = getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+    return {pid} if isinstance(pid, int) else set()
+
+
+def orphans(before: set[int], judges: list[Judge]) -> set[int]:
+    """Processes below this one that were not there before (``before``), are no live judge
+    and are not below one: what a lost judge or an unsandboxed kernel left behind. Not
+    ``multiprocessing``'s own helper, which outlives a pool by design."""
+    keep = _mp_helpers()
+    for w in judges:
+        if w.alive:
+            keep |= {w.proc.pid} | descendants(w.proc.pid)
+    return descendants(os.getpid()) - before - keep
+
+
+def _main() -> None:
+    conn = Connection(int(os.environ.pop(_FD_VAR)))
+    kind, plan = conn.recv()
+    if kind == "plan":
+        worker_main(conn, plan)
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,213 @@
+"""Grading beyond one machine: one Dask task per submission, on an existing cluster or a local one.
+
+    specdec-course grade subs/ --scheduler tcp://HOST:8786   # a running Dask scheduler
+    specdec-course grade subs/ --scheduler local:4           # a LocalCluster of 4 workers
+
+Each task (:func:`grade_task`) grades one submission on a Dask worker exactly as the local
+pool does: a :class:`.worker.Judge` process (one per worker thread, kept between tasks)
+starts the notebook's kernel in that machine's sandbox (:func:`.sandbox.plan`, made once per
+worker process, since bubblewrap's paths are that machine's), runs the checks and answers
+with the result, which the client checks field by field (``SubmissionResult.from_dict``) as
+it does a local worker's. Results stream back as tasks finish, in any order.
+
+What a failure costs: a submission that kills or hangs its judge costs only itself (a
+``crashed`` or ``timeout`` row, as locally). A Dask worker that dies (its machine is
+preempted, say) loses the tasks it was running; the scheduler runs each of them again
+elsewhere, up to ``distributed.scheduler.allowed-failures`` times (Dask's default: 3), and
+then that submission alone gets a ``crashed`` row.
+
+Every worker needs this package (the same version) and, for the sandbox, bubblewrap; the
+client checks both before it submits anything. Needs ``dask[distributed]`` (the package's
+``cluster`` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import wait as _wait_conns
+from typing import Any
+
+from .. import __version__
+from . import sandbox
+from .jobs import Job, SubmissionResult
+from .worker import Judge, orphans
+
+__all__ = ["check_scheduler", "grade_task", "run_on_dask"]
+
+_LOCAL = re.compile(r"local:(\d+)")
+_INSTALL = "install it with: pip install 'specdec-course[cluster]' (dask[distributed])"
+
+# Per Dask worker process: its sandbox plans (by mode) and one judge per worker thread.
+_state_lock = threading.Lock()
+_plans: dict[str, sandbox.Plan] = {}
+_judges: dict[int, Judge] = {}
+_before: set[int] | None = None
+
+
+def check_scheduler(scheduler: str) -> None:
+    """ValueError unless ``scheduler`` is ``"local:N"`` (N >= 1) or a scheduler address
+    (``tcp://HOST:PORT``, ``tls://...``)."""
+    if not isinstance(scheduler, str):
+        raise ValueError(f"scheduler must be text; got {scheduler!r}")
+    m = _LOCAL.fullmatch(scheduler)
+    if m and int(m.group(1)) >= 1:
+        return
+    if "://" in scheduler and not scheduler.startswith("local"):
+        return
+    raise ValueError(
+        "--scheduler must be the address of a running Dask scheduler (tcp://HOST:8786) or "
+        f"local:N for a local cluster of N workers (N >= 1); got {scheduler!r}"
+    )
+
+
+def _plan(mode: str) -> sandbox.Plan:
+    with _state_lock:
+        if mode not in _plans:
+            _plans[mode] = sandbox.plan(mode)
+        return _plans[mode]
+
+
+def worker_ready(sandbox_mode: str) -> dict[str, Any]:
+    """Run on every Dask worker before grading: its package version and sandbox warnings,
+    or the error that stops it from grading (a required sandbox that cannot run)."""
+    try:
+        warnings = _plan(sandbox_mode).warnings
+    except RuntimeError as e:
+        return {"version": __version__, "error": str(e), "warnings": []}
+    return {"version": __version__, "error": "", "warnings": list(warnings)}
+
+
+def grade_task(job_dict: dict[str, Any], sandbox_mode: str) -> tuple[dict[str, Any], list[str]]:
+    """One Dask task: grade one submission (a ``Job`` as a dict) on this worker.
+
+    Returns ``(SubmissionResult as a dict, this worker's sandbox warnings)``. The judge
+    process of this worker thread grades it (a fresh one if the last was lost), under the
+    same hard deadline as the local pool. Raises ``RuntimeError`` when the required sandbox
+    cannot run here.
+    """
+    global _before
+    job = Job.from_dict(job_dict)
+    plan = _plan(sandbox_mode)
+    key = threading.get_ident()
+    with _state_lock:
+        if _before is None:
+            sandbox.set_subreaper()  # orphans of an unsandboxed kernel come back to us
+            _before = sandbox.descendants(os.getpid())
+        judge = _judges.get(key)
+        if judge is None or judge.dead or not judge.alive:
+            judge = _judges[key] = Judge.spawn(plan)
+    judge.send(job)
+    while True:
+        ready = _wait_conns([judge.conn], timeout=0.5)
+        res, broken = judge.answer(bool(ready))
+        if res is None:
+            continue
+        if broken:
+            judge.kill()
+            with _state_lock:
+                sandbox.kill_pids(orphans(_before, list(_judges.values())))
+        return res.to_dict(), list(plan.warnings)
+
+
+def stop_judges() -> int:
+    """Run on every Dask worker after grading: end its idle judge processes (a long-lived
+    cluster would otherwise keep them, and their memory, until it stops). Returns how many."""
+    with _state_lock:
+        judges = list(_judges.values())
+        _judges.clear()
+    for judge in judges:
+        judge.stop()
+    return len(judges)
+
+
+def _client(scheduler: str):
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as e:
+        raise RuntimeError(
+            f"--scheduler needs dask.distributed, which is missing; {_INSTALL}"
+        ) from e
+    m = _LOCAL.fullmatch(scheduler)
+    if m:
+        # One thread per worker: a worker grades one submission at a time, as a pool slot.
+        cluster = LocalCluster(
+            n_workers=int(m.group(1)), threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        return Client(cluster), cluster
+    try:
+        return Client(scheduler, timeout="30s"), None
+    except (OSError, TimeoutError) as e:
+        raise RuntimeError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from e
+
+
+def run_on_dask(
+    queue: list[int],
+    jobs: dict[int, Job],
+    scheduler: str,
+    sandbox_mode: str,
+    finish: Callable[[int, SubmissionResult], None],
+) -> list[str]:
+    """Grade ``jobs[i]`` for every ``i`` in ``queue`` as Dask tasks; call ``finish(i, result)``
+    as each one ends. Returns the workers' sandbox warnings (each once).
+
+    Raises ``RuntimeError`` when the cluster cannot be reached or has no worker, a worker
+    runs another version of the package, or a required sandbox cannot run on one.
+    """
+    from dask.distributed import as_completed
+
+    client, cluster = _client(scheduler)
+    warnings: list[str] = []
+    try:
+        client.wait_for_workers(1, timeout=120)
+        ready = client.run(worker_ready, sandbox_mode)
+        for address, info in ready.items():
+            if info["version"] != __version__:
+                raise RuntimeError(
+                    f"Dask worker {address} runs specdec-course {info['version']}, this client "
+                    f"{__version__}: install the same version on every worker"
+                )
+            if info["error"]:
+                raise RuntimeError(f"on Dask worker {address}: {info['error']}")
+            warnings += [w for w in info["warnings"] if w not in warnings]
+        futures = {}
+        for i in queue:
+            # pure=False: two identical notebooks are two submissions, graded twice.
+            fut = client.submit(grade_task, jobs[i].to_dict(), sandbox_mode, pure=False)
+            futures[fut] = i
+        for fut in as_completed(futures):
+            i = futures[fut]
+            finish(i, _result(fut, jobs[i], warnings))
+    finally:
+        with contextlib.suppress(Exception):
+            client.run(stop_judges)
+        with contextlib.suppress(Exception):
+            client.close()
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close()
+    return warnings
+
+
+def _result(fut, job: Job, warnings: list[str]) -> SubmissionResult:
+    """The row of a finished task: its result, checked, or a lost row saying why."""
+    from dask.distributed import KilledWorker
+
+    def lost(message: str) -> SubmissionResult:
+        checks = job.failed_checks("crashed", message)
+        return SubmissionResult(job.file, job.exercise, checks, [message], 0.0, seed=job.seed)
+
+    try:
+        payload, worker_warnings = fut.result()
+    except KilledWorker:
+        return lost("the Dask workers grading this submission died, every retry")
+    except Exception as e:  # noqa: BLE001 - a task that raised: that submission alone
+        return lost(f"the Dask task failed: {type(e).__name__}: {e}")
+    warnings += [w for w in worker_warnings if w not in warnings]
+    try:
+        return SubmissionResult.from_dict(payload)
+    except (ValueError, TypeError, KeyError) as e:
+        return lost(f"the grader got a malformed result ({e})")
