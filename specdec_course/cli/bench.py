@@ -1,4 +1,4 @@
-"""``specdec-course bench verifier|speedup|gpu``: benchmarks, reported as ratios in one run."""
+"""``specdec-course bench verifier|speedup|gpu|beyond|eagle``: benchmarks, as ratios in one run."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks, reported as ratios measured in one run")
     p.add_argument(
         "what",
-        choices=["verifier", "speedup", "gpu", "beyond"],
+        choices=["verifier", "speedup", "gpu", "beyond", "eagle"],
         help="gpu: the verifier sweep and the speedups on a CUDA GPU, stored in data/results/;"
-        " beyond: dynamic k, batch sizes and block verification on the CPU",
+        " beyond: dynamic k, batch sizes and block verification on the CPU;"
+        " eagle: the EAGLE-style draft against the draft model on the CPU",
     )
     p.add_argument("--method", choices=["draft", "ngram", "medusa", "all"], default="all")
     p.add_argument("--out", default=None, help="folder for JSON/CSV/PNG results")
@@ -33,6 +34,8 @@ def run(args) -> int:
         return _gpu(args)
     if args.what == "beyond":
         return _beyond(args)
+    if args.what == "eagle":
+        return _eagle(args)
     return _speedup(args)
 
 
@@ -132,6 +135,24 @@ def _speedup(args) -> int:
     )
     for path in bench.save_speedup_results(costs, results, command, args.out):
         print(f"wrote {path}")
+    return 0
+
+
+def _eagle(args) -> int:
+    """The EAGLE-style draft against the draft model at temperature 1 and 0 (lesson 09)."""
+    from .. import bench
+
+    torch.set_num_threads(1)
+    temps = (args.temperature,) if args.temperature is not None else (1.0, 0.0)
+    record = bench.measure_eagle(temperatures=temps, repeats=args.repeats or 3)
+    print(f"load average {record['load_before']:.1f} before, {record['load_after']:.1f} after")
+    for run in record["runs"]:
+        for name, m in run["methods"].items():
+            print(
+                f"  T={run['temperature']:g} {name:6s} best k={m['best_k']} "
+                f"{m['best_speedup']:.2f}x, alpha {m['alpha_at_best']:.3f}"
+            )
+    print(f"wrote {bench.save_eagle_results(record, args.out)}")
     return 0
 
 
