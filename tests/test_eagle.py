@@ -156,3 +156,30 @@ def test_bad_input_raises_clear_errors(tiny, tmp_path):
         load_eagle(tmp_path / "e.pt", target=tiny_model(7, block_size=16))
     with pytest.raises(ValueError, match="crop"):
         train_eagle(target, torch.zeros(100, dtype=torch.long), crop=2, progress=False)
+
+
+def test_bench_eagle_writes_its_json_and_train_refuses_model_options(tmp_path, monkeypatch, capsys):
+    # A smaller sweep than the real command, through the same code path.
+    from specdec_course import bench, cli
+
+    monkeypatch.setattr(
+        bench.eagle,
+        "validation_prompts",
+        lambda tok, n=4, length=32: [tok.encode("\nKING LEAR:\nThou art a soul in")],
+    )
+    real = bench.measure_eagle
+    monkeypatch.setattr(
+        bench, "measure_eagle", lambda **kw: real(**kw, ks=(1, 2), max_new_tokens=40)
+    )
+    code = cli.main(
+        ["bench", "eagle", "--temperature", "0", "--repeats", "1", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    data = bench.load_eagle_results(tmp_path)
+    assert data["command"] == "specdec-course bench eagle" and len(data["runs"]) == 1
+    for m in data["runs"][0]["methods"].values():
+        assert [r["k"] for r in m["rows"]] == [1, 2] and 0 < m["alpha_at_best"] <= 1
+    assert cli.main(["train", "--preset", "eagle", "--init-from", "x.pt"]) != 0
+    assert "--init-from does not apply to --preset eagle" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="bench eagle"):
+        bench.load_eagle_results(tmp_path / "none")
