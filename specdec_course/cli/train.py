@@ -81,7 +81,7 @@ def _no_model_options(args) -> None:
 def _train_eagle(args) -> int:
     from ..eagle import train_shipped_eagle
 
-    steps = 600 if args.steps is None else args.steps
+    steps = 1000 if args.steps is None else args.steps
     out, meta = train_shipped_eagle(steps=steps, seed=args.seed, out=args.out)
     print(
         f"eagle: {meta['params']:,} parameters, {steps} steps in {meta['train_seconds']:.1f} s, "

@@ -93,7 +93,7 @@ def train_eagle(
     target: CharGPT,
     train_ids: torch.Tensor,
     *,
-    steps: int = 600,
+    steps: int = 1000,
     batch_size: int = 8,
     crop: int = 128,
     lr: float = 3e-3,
@@ -203,7 +203,7 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
 
 
 def train_shipped_eagle(
-    *, steps: int = 600, seed: int = 0, out: str | Path | None = None, progress: bool = True
+    *, steps: int = 1000, seed: int = 0, out: str | Path | None = None, progress: bool = True
 ) -> tuple[Path, dict]:
     """Train the draft on the shipped target's training split, as the shipped ``eagle.pt``
     was, and save it (default ``data/checkpoints/eagle.pt``). Returns ``(path, meta)``:
