@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from ..decoding.plain import gumbel
 from ..model import CharGPT, KVCache, check_model
 from ..model.gpt import Block
-from ..sampling import exp_noise
+from ..sampling import SamplingOptions, exp_noise
 
 __all__ = ["EagleDraft", "EagleProposer", "check_eagle"]
 
@@ -75,7 +75,13 @@ class EagleDraft(nn.Module):
         w = self.fc.weight
         return KVCache(self.config, 1, dtype=w.dtype, device=w.device)
 
-    def step(self, features: torch.Tensor, next_ids: torch.Tensor, cache: KVCache, params=None):
+    def step(
+        self,
+        features: torch.Tensor,
+        next_ids: torch.Tensor,
+        cache: KVCache,
+        params: tuple | None = None,
+    ) -> torch.Tensor:
         """The cached forward, **unchecked**: ``features [1, T, C]`` and ``next_ids [1, T]``
         at positions ``cache.length ..``; returns predicted features ``[1, T, C]`` and extends
         ``cache`` by ``T``. ``params`` is :meth:`step_params`'s tuple (gathered once per
@@ -173,7 +179,15 @@ class EagleProposer:
         self.device = target.lm_head.weight.device
         self.cache = None
 
-    def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
+    def start(
+        self,
+        ids: torch.Tensor,
+        n: int,
+        sampling: SamplingOptions,
+        generator: torch.Generator | None,
+        max_new_tokens: int,
+        k: int,
+    ) -> None:
         d, w = self.draft, self.draft.wte
         self.sampling = sampling
         self.processed = not ((sampling.plain or sampling.greedy) and sampling.inv_t == 1.0)
@@ -199,7 +213,9 @@ class EagleProposer:
         the only ones a later proposal reads; the rest scored drafts and are overwritten."""
         self.feats[start : start + hidden.shape[0]] = hidden
 
-    def propose(self, ids, n, k, out):
+    def propose(
+        self, ids: torch.Tensor, n: int, k: int, out: torch.Tensor
+    ) -> tuple[int, torch.Tensor | None]:
         if n < 2:
             return 0, None
         d, cache, p, w_t = self.draft, self.cache, self.params, self.w_t
@@ -219,6 +235,6 @@ class EagleProposer:
         cache.crop(n - 1)  # pairs past n - 2 were built on predicted features
         return k, (None if noise is None else self.logits[:k].softmax(-1))
 
-    def commit(self, ids, n) -> None:
+    def commit(self, ids: torch.Tensor, n: int) -> None:
         # propose() already cropped to its n - 1, below any later n - 1: nothing to forget.
         pass

@@ -157,7 +157,9 @@ def _fingerprint(target: CharGPT) -> float:
     return round(float(target.lm_head.weight.detach().double().sum()), 6)
 
 
-def save_eagle(path: str | Path, draft: EagleDraft, target: CharGPT, meta: dict | None = None):
+def save_eagle(
+    path: str | Path, draft: EagleDraft, target: CharGPT, meta: dict | None = None
+) -> Path:
     """Write ``{"state_dict", "target_fingerprint", "meta"}`` to ``path``; returns the path.
     The shared embedding is the target's and is not stored."""
     path = Path(path)
