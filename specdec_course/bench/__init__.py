@@ -5,12 +5,15 @@ the memory roofline (its byte model is in that module's docstring). ``bench.spee
 against speculative decoding (and Medusa), beside the theory's predictions. ``bench.gpu``:
 both on a GPU in one check (``specdec-course bench gpu``), stored for machines without one.
 ``bench.beyond``: dynamic draft length, the batch-size regime and block verification.
+``bench.eagle``: the EAGLE-style draft against the draft model.
 """
 
 from .beyond import *  # noqa: F403
 from .beyond import __all__ as _beyond_all
 from .compare import *  # noqa: F403
 from .compare import __all__ as _compare_all
+from .eagle import *  # noqa: F403
+from .eagle import __all__ as _eagle_all
 from .gpu import *  # noqa: F403
 from .gpu import __all__ as _gpu_all
 from .speedup import *  # noqa: F403
@@ -18,4 +21,4 @@ from .speedup import __all__ as _speedup_all
 from .verifier import *  # noqa: F403
 from .verifier import __all__ as _verifier_all
 
-__all__ = [*_verifier_all, *_speedup_all, *_compare_all, *_gpu_all, *_beyond_all]
+__all__ = [*_verifier_all, *_speedup_all, *_compare_all, *_gpu_all, *_beyond_all, *_eagle_all]

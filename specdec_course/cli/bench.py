@@ -1,4 +1,4 @@
-"""``specdec-course bench speedup|verifier|gpu|beyond``: benchmarks, ratios in one run."""
+"""``specdec-course bench speedup|verifier|gpu|beyond|eagle``: benchmarks, ratios in one run."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ def add_parser(sub) -> None:
         "bench",
         help="benchmarks, reported as ratios measured in one run",
         description="Benchmarks, reported as ratios measured in one run. "
-        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond) for each one.",
+        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle) for each one.",
     )
-    what = p.add_subparsers(dest="what", required=True, metavar="{speedup,verifier,gpu,beyond}")
+    what = p.add_subparsers(
+        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle}"
+    )
     s = what.add_parser(
         "speedup",
         help="plain decoding against the draft model, the n-gram draft and Medusa, this CPU",
@@ -100,6 +102,23 @@ def add_parser(sub) -> None:
     )
     b.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
     b.set_defaults(run=run)
+    e = what.add_parser(
+        "eagle",
+        help="the EAGLE-style draft against the draft model on this CPU (lesson 09)",
+        description="Decode the validation prompts with plain decoding, the 1-layer draft "
+        "model and the EAGLE-style draft (one layer over the target's features), k = 1 ... 6, "
+        "one thread, round-robin; print each draft's best k, speedup and acceptance and write "
+        "eagle_cpu.json (the stored one is in data/results/, read by lesson 09).",
+    )
+    e.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="measure at this temperature only (default: 1, then 0)",
+    )
+    e.add_argument("--repeats", type=int, default=None, help="round-robin repeats (default: 3)")
+    e.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
+    e.set_defaults(run=run)
 
 
 def run(args) -> int:
@@ -109,6 +128,8 @@ def run(args) -> int:
         return _gpu(args)
     if args.what == "beyond":
         return _beyond(args)
+    if args.what == "eagle":
+        return _eagle(args)
     return _speedup(args)
 
 
@@ -210,6 +231,24 @@ def _speedup(args) -> int:
     )
     for path in bench.save_speedup_results(costs, results, command, args.out):
         print(f"wrote {path}")
+    return 0
+
+
+def _eagle(args) -> int:
+    """The EAGLE-style draft against the draft model at temperature 1 and 0 (lesson 09)."""
+    from .. import bench
+
+    torch.set_num_threads(1)
+    temps = (args.temperature,) if args.temperature is not None else (1.0, 0.0)
+    record = bench.measure_eagle(temperatures=temps, repeats=args.repeats or 3)
+    print(f"load average {record['load_before']:.1f} before, {record['load_after']:.1f} after")
+    for run in record["runs"]:
+        for name, m in run["methods"].items():
+            print(
+                f"  T={run['temperature']:g} {name:6s} best k={m['best_k']} "
+                f"{m['best_speedup']:.2f}x, alpha {m['alpha_at_best']:.3f}"
+            )
+    print(f"wrote {bench.save_eagle_results(record, args.out)}")
     return 0
 
 

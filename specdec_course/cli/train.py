@@ -1,4 +1,4 @@
-"""``specdec-course train --preset target|draft|medusa``: rebuild a shipped checkpoint."""
+"""``specdec-course train --preset target|draft|medusa|eagle``: rebuild a shipped checkpoint."""
 
 from __future__ import annotations
 
@@ -8,23 +8,23 @@ import torch
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "train",
-        help="train a preset (target, draft, medusa)",
+        help="train a preset (target, draft, medusa, eagle)",
         description="Rebuild a shipped checkpoint on the CPU: the 4-layer target, the 1-layer "
         "draft (then distilled from the target with --init-from and --distill-from), or the "
-        "Medusa heads on the frozen shipped target. data/README.md gives the commands, their "
-        "wall times and the figures they reach.",
+        "Medusa heads or the EAGLE-style draft on the frozen shipped target. data/README.md "
+        "gives the commands, their wall times and the figures they reach.",
     )
     p.add_argument(
         "--preset",
         required=True,
-        choices=["target", "draft", "medusa"],
+        choices=["target", "draft", "medusa", "eagle"],
         help="what to train",
     )
     p.add_argument(
         "--steps",
         type=int,
         default=None,
-        help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa)",
+        help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa, 1000 for eagle)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="random seed of the initialisation and batches"
@@ -58,8 +58,12 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
+    if args.preset in ("medusa", "eagle"):
+        _no_model_options(args)
     if args.preset == "medusa":
         return _train_medusa(args)
+    if args.preset == "eagle":
+        return _train_eagle(args)
     from ..train import train_preset
 
     out, meta = train_preset(
@@ -85,9 +89,7 @@ def run(args) -> int:
     return 0
 
 
-def _train_medusa(args) -> int:
-    from ..medusa import train_shipped_heads
-
+def _no_model_options(args) -> None:
     given = (
         ("--init-from", args.init_from),
         ("--distill-from", args.distill_from),
@@ -97,9 +99,27 @@ def _train_medusa(args) -> int:
     for flag, value in given:
         if value is not None:
             raise ValueError(
-                f"{flag} does not apply to --preset medusa: the heads always start from the "
-                "shipped target's lm_head (Medusa's initialisation); drop the option"
+                f"{flag} does not apply to --preset {args.preset}: it trains on the frozen "
+                "shipped target (Medusa's heads start from its lm_head); drop the option"
             )
+
+
+def _train_eagle(args) -> int:
+    from ..eagle import train_shipped_eagle
+
+    steps = 1000 if args.steps is None else args.steps
+    out, meta = train_shipped_eagle(steps=steps, seed=args.seed, out=args.out)
+    print(
+        f"eagle: {meta['params']:,} parameters, {steps} steps in {meta['train_seconds']:.1f} s, "
+        f"validation loss {meta['val_loss']:.4f}, alpha vs target {meta['alpha_vs_target']:.4f}"
+        f" -> {out}"
+    )
+    return 0
+
+
+def _train_medusa(args) -> int:
+    from ..medusa import train_shipped_heads
+
     steps = 2000 if args.steps is None else args.steps
     out, meta, acc = train_shipped_heads(steps=steps, seed=args.seed, out=args.out)
     print(

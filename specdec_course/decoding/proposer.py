@@ -18,6 +18,13 @@ drafted past them. ``speculative_generate`` drives any object with these three m
 ``commit(ids, n)``
     ``ids[:n]`` are now committed (some drafts accepted, one token of the target's own):
     forget state past them.
+``observe_target(hidden, start)`` (optional)
+    a proposer that reads the target's features (``eagle.EagleProposer``) defines it; the
+    loop then passes the target's last hidden states ``hidden`` ``[T, n_embd]`` for
+    positions ``start .. start + T - 1`` after every target call, before the verdict. Of
+    those, the positions below ``n - 1`` at the next ``commit(ids, n)`` belong to committed
+    text; the rest scored drafts that may have been rejected. Proposers without it cost
+    the loop nothing.
 
 ``ModelProposer`` wraps a ``CharGPT`` draft; ``specdec_course.ngram.NgramDraft`` counts
 characters instead. ``audit_proposer`` checks empirically that a proposer's drafts follow the

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 
 import torch
+from torch.nn import functional as F
 
 from .. import devices
 from .._validate import check_int
@@ -79,7 +80,9 @@ def speculative_generate(
     iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
     verifies the drafted block jointly (``block_verifier``; Sun et al. 2024) instead of token
     by token (``"token"``). Both keep the output exact; at temperature 0 both verifiers are
-    the same argmax rule.
+    the same argmax rule. A proposer with ``observe_target`` (``eagle.EagleProposer``) is
+    passed the target's last hidden states after every target call (see ``proposer``); it
+    needs ``cuda_graphs=False``.
 
     Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
     for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
@@ -90,7 +93,7 @@ def speculative_generate(
     Models, proposer and the returned ids live on the target's device (the prompt may be
     anywhere). Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a
     draft that is neither a ``CharGPT`` nor a proposer, a vocabulary or a device that
-    differs, or ``cuda_graphs`` off a CUDA GPU.
+    differs, or ``cuda_graphs`` off a CUDA GPU or with a proposer that observes the target.
     """
     wall0 = time.perf_counter()
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
@@ -127,8 +130,14 @@ def speculative_generate(
         policy.start(k)
     verify_row = block_verify_row if verify == "block" else rejection_sample_row
     draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
+    # An EAGLE-style draft reads the target's features: looked up once, so that proposers
+    # without the hook keep the plain step (one branch per iteration is all they pay).
+    observe = getattr(proposer, "observe_target", None)
+    if observe is not None and cuda_graphs:
+        raise ValueError("a proposer with observe_target runs eager steps; drop cuda_graphs")
     step = steps_for(target, "target", k + 1, cuda_graphs)  # logits of [1, T] new tokens
     tc = step.cache
+    w = target.lm_head.weight
     if n > 1:  # prefill everything but the pending last token
         target(out[None, : n - 1], tc)
     # The target's input: the pending token followed by the drafts, written in place.
@@ -149,7 +158,12 @@ def speculative_generate(
             kk, q = proposer.propose(out, n, kk, drafts)
         t1 = clock() if clock else 0.0
         # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
-        logits = step(feed[:, : kk + 1])
+        if observe is None:
+            logits = step(feed[:, : kk + 1])
+        else:  # the same arithmetic as the eager step, with the features passed on first
+            hidden = target.decode_hidden(feed[:, : kk + 1], tc)[0]
+            observe(hidden, n - 1)
+            logits = F.linear(hidden, w)
         t2 = clock() if clock else 0.0
         if greedy:
             # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the

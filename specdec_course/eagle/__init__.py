@@ -1,0 +1,43 @@
+"""An EAGLE-style draft: one transformer layer over the target's features.
+
+EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature
+Uncertainty", arXiv:2401.15077) drafts in feature space. The draft reads the target's last
+hidden state ``f_t`` (the input of ``lm_head``) together with the embedding of the token
+``x_{t+1}`` that was sampled from it, and predicts the next feature ``f_{t+1}``; the
+target's own frozen ``lm_head`` turns a predicted feature into the draft's distribution.
+Features carry what the target has already computed about the context, so one layer can
+follow the target far more closely than a small model that starts from the characters.
+The token input resolves the uncertainty of sampling: ``f_{t+1}`` depends on which token
+was drawn. EAGLE-1 trains with ``SmoothL1(f_hat, f) + 0.1 * CE(lm_head(f_hat), x)``.
+
+``draft`` (``EagleDraft``, ``EagleProposer``: drafts for ``speculative_generate``, fed the
+target's features through the loop's ``observe_target`` hook) and ``training`` (the loss,
+``train_eagle``, the checkpoint). ``specdec-course train --preset eagle`` writes
+``data/checkpoints/eagle.pt``; ``load_eagle(target=...)`` reads it.
+"""
+
+from .draft import EagleDraft, EagleProposer, check_eagle
+from .training import (
+    REBUILD_COMMAND,
+    collect_features,
+    eagle_alpha,
+    eagle_loss,
+    load_eagle,
+    save_eagle,
+    train_eagle,
+    train_shipped_eagle,
+)
+
+__all__ = [
+    "EagleDraft",
+    "EagleProposer",
+    "check_eagle",
+    "REBUILD_COMMAND",
+    "collect_features",
+    "eagle_alpha",
+    "eagle_loss",
+    "load_eagle",
+    "save_eagle",
+    "train_eagle",
+    "train_shipped_eagle",
+]
