@@ -229,6 +229,8 @@ def _speedup(args) -> int:
     command = f"specdec-course bench speedup --method {args.method}" + (
         " --quick" if args.quick else ""
     )
+    if args.repeats is not None:
+        command += f" --repeats {args.repeats}"
     for path in bench.save_speedup_results(costs, results, command, args.out):
         print(f"wrote {path}")
     return 0
