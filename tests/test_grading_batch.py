@@ -64,6 +64,8 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
         "ex06_untouched": _read("exercises", "ex06_medusa.ipynb"),
         "ex07_solved": _read("solutions", "ex07_tree_walk.ipynb"),
         "ex07_untouched": _read("exercises", "ex07_tree_walk.ipynb"),
+        "ex08_solved": _read("solutions", "ex08_dynamic_k.ipynb"),
+        "ex08_untouched": _read("exercises", "ex08_dynamic_k.ipynb"),
         "ex01_infinite_loop": _defs_only(sol1, [new_code_cell("while True:\n    pass")]),
         "ex01_ignores_interrupt": _defs_only(
             sol1,
@@ -189,7 +191,15 @@ def test_submissions_are_never_modified(graded):
 
 @pytest.mark.parametrize(
     "name",
-    ["ex01_solved", "ex02_solved", "ex03_solved", "ex05_solved", "ex06_solved", "ex07_solved"],
+    [
+        "ex01_solved",
+        "ex02_solved",
+        "ex03_solved",
+        "ex05_solved",
+        "ex06_solved",
+        "ex07_solved",
+        "ex08_solved",
+    ],
 )
 def test_solution_notebooks_get_full_marks(graded, name):
     rows = graded["rows"][name]
@@ -198,7 +208,8 @@ def test_solution_notebooks_get_full_marks(graded, name):
 
 
 @pytest.mark.parametrize(
-    "name", ["ex01_untouched", "ex02_untouched", "ex06_untouched", "ex07_untouched"]
+    "name",
+    ["ex01_untouched", "ex02_untouched", "ex06_untouched", "ex07_untouched", "ex08_untouched"],
 )
 def test_untouched_exercises_get_zero_as_not_attempted(graded, name):
     rows = graded["rows"][name]
