@@ -112,25 +112,7 @@ class EagleDraft(nn.Module):
 
     def step_params(self) -> tuple:
         """The tensors :meth:`step` reads, as one tuple."""
-        b = self.block
-        return (
-            self.fc.weight,
-            self.fc.bias,
-            self.wpe.weight,
-            self.wte,
-            b.ln_1.weight,
-            b.ln_1.bias,
-            b.attn.c_attn.weight,
-            b.attn.c_attn.bias,
-            b.attn.c_proj.weight,
-            b.attn.c_proj.bias,
-            b.ln_2.weight,
-            b.ln_2.bias,
-            b.mlp.c_fc.weight,
-            b.mlp.c_fc.bias,
-            b.mlp.c_proj.weight,
-            b.mlp.c_proj.bias,
-        )
+        return (self.fc.weight, self.fc.bias, self.wpe.weight, self.wte, *self.block.step_params())
 
 
 def check_eagle(draft, target: CharGPT) -> EagleDraft:

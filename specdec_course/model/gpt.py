@@ -59,6 +59,25 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
+    def step_params(self) -> tuple:
+        """The block's twelve tensors in the order the cached steps read them (norms, attention,
+        norm, MLP; weight then bias), as plain references: a module attribute look-up costs
+        about a microsecond, and a 1-layer draft step would make a dozen of them."""
+        return (
+            self.ln_1.weight,
+            self.ln_1.bias,
+            self.attn.c_attn.weight,
+            self.attn.c_attn.bias,
+            self.attn.c_proj.weight,
+            self.attn.c_proj.bias,
+            self.ln_2.weight,
+            self.ln_2.bias,
+            self.mlp.c_fc.weight,
+            self.mlp.c_fc.bias,
+            self.mlp.c_proj.weight,
+            self.mlp.c_proj.bias,
+        )
+
 
 class CharGPT(nn.Module):
     """nanoGPT-style decoder over characters, with an optional ``KVCache``.
@@ -217,25 +236,8 @@ class CharGPT(nn.Module):
         return self._fast_params
 
     def _collect_fast_params(self):
-        # Plain references to every tensor a cached step reads: a module attribute look-up
-        # costs about a microsecond, and a 1-layer draft step makes a dozen of them.
-        layers = [
-            (
-                b.ln_1.weight,
-                b.ln_1.bias,
-                b.attn.c_attn.weight,
-                b.attn.c_attn.bias,
-                b.attn.c_proj.weight,
-                b.attn.c_proj.bias,
-                b.ln_2.weight,
-                b.ln_2.bias,
-                b.mlp.c_fc.weight,
-                b.mlp.c_fc.bias,
-                b.mlp.c_proj.weight,
-                b.mlp.c_proj.bias,
-            )
-            for b in self.transformer.h
-        ]
+        # Plain references to every tensor a cached step reads (Block.step_params says why).
+        layers = [b.step_params() for b in self.transformer.h]
         tr = self.transformer
         return (
             layers,
