@@ -25,15 +25,13 @@ reads it back.
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from ..paths import results_dir
+from .records import load_record, save_record
 
 __all__ = [
     "DYNAMIC_KS",
@@ -357,27 +355,11 @@ def measure_block(
 def save_beyond_results(record: dict, command: str, out: str | Path | None = None) -> Path:
     """Write ``record`` (the three measurements) with the command, machine and date as
     ``beyond_cpu.json`` in ``out`` (default ``data/results/``). Returns the path."""
-    import platform
-
-    out_dir = Path(out) if out else results_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / RESULTS_FILE
-    payload = {
-        "command": command,
-        "machine": f"{platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} thread, torch {torch.__version__}",
-        "date": _dt.date.today().isoformat(),
-        **record,
-    }
-    path.write_text(json.dumps(payload, indent=1))
-    return path
+    return save_record(RESULTS_FILE, command, record, out)
 
 
 def load_beyond_results(directory: str | Path | None = None) -> dict:
     """The stored ``bench beyond`` record (``data/results/beyond_cpu.json``).
 
     Raises FileNotFoundError (with the command that makes it) when it is missing."""
-    path = Path(directory or results_dir()) / RESULTS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run: specdec-course bench beyond")
-    return json.loads(path.read_text())
+    return load_record(RESULTS_FILE, "specdec-course bench beyond", directory)

@@ -12,14 +12,12 @@ reads it back.
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import os
 from pathlib import Path
 
 import torch
 
-from ..paths import results_dir
+from .records import load_record, save_record
 from .speedup import best_row, measure_speedup, validation_prompts
 
 __all__ = ["EAGLE_KS", "measure_eagle", "save_eagle_results", "load_eagle_results"]
@@ -84,27 +82,11 @@ def measure_eagle(
 def save_eagle_results(record: dict, out: str | Path | None = None) -> Path:
     """Write ``record`` with the command, machine and date as ``eagle_cpu.json`` in ``out``
     (default ``data/results/``). Returns the path."""
-    import platform
-
-    out_dir = Path(out) if out else results_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / RESULTS_FILE
-    payload = {
-        "command": COMMAND,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"torch {torch.__version__}",
-        "date": _dt.date.today().isoformat(),
-        **record,
-    }
-    path.write_text(json.dumps(payload, indent=1))
-    return path
+    return save_record(RESULTS_FILE, COMMAND, record, out)
 
 
 def load_eagle_results(directory: str | Path | None = None) -> dict:
     """The stored ``bench eagle`` record (``data/results/eagle_cpu.json``).
 
     Raises FileNotFoundError (with the command that makes it) when it is missing."""
-    path = Path(directory or results_dir()) / RESULTS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run: {COMMAND}")
-    return json.loads(path.read_text())
+    return load_record(RESULTS_FILE, COMMAND, directory)

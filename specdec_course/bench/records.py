@@ -8,6 +8,9 @@ and when: ``verifier-nvidia-h200-2026-12-01.json``. A reader takes the newest by
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
+import platform
 import re
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import torch
 
 from ..paths import results_dir
 
-__all__ = ["slug", "machine_name", "record_stem", "newest_record"]
+__all__ = ["slug", "machine_name", "record_stem", "newest_record", "save_record", "load_record"]
 
 
 def slug(name: str) -> str:
@@ -41,3 +44,29 @@ def newest_record(kind: str, directory: str | Path | None = None) -> Path | None
     # Names end in the ISO date, so the last 10 characters of the stem sort by day.
     files = sorted(d.glob(f"{kind}-*.json"), key=lambda p: (p.stem[-10:], p.name))
     return files[-1] if files else None
+
+
+def save_record(file_name: str, command: str, record: dict, out: str | Path | None = None) -> Path:
+    """Write ``record`` with the command that made it, this machine and today's date as JSON
+    ``out/file_name`` (``out`` defaults to data/results, created if missing). Returns the path."""
+    out_dir = Path(out) if out else results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / file_name
+    payload = {
+        "command": command,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{torch.get_num_threads()} thread, torch {torch.__version__}",
+        "date": _dt.date.today().isoformat(),
+        **record,
+    }
+    path.write_text(json.dumps(payload, indent=1))
+    return path
+
+
+def load_record(file_name: str, command: str, directory: str | Path | None = None) -> dict:
+    """The stored JSON ``directory/file_name`` (default data/results). Raises
+    FileNotFoundError naming ``command``, which makes it, when it is missing."""
+    path = Path(directory or results_dir()) / file_name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run: {command}")
+    return json.loads(path.read_text())
