@@ -161,10 +161,12 @@ def _bwrap_options(variant: int) -> list[str]:
         opts += ["--unshare-user", "--disable-userns"]
     if os.geteuid() == 0:
         opts += ["--cap-drop", "ALL"]
-    opts += _binds()
     opts += ["--proc", "/proc", "--dev", "/dev"]
+    # The private scratch folders first: the read-only binds go on top of them, so that a
+    # Python or a package installed under /tmp (a CI checkout, say) stays visible inside.
     for path in ("/tmp", HOME, "/dev/shm"):
         opts += ["--size", str(_TMPFS_MB * 2**20), "--tmpfs", path]
+    opts += _binds()
     opts += ["--chdir", HOME, "--clearenv"]
     return opts
 
