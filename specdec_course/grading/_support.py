@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,7 @@ import torch
 from specdec_course.model import CharGPT, GPTConfig
 
 from . import context
+from .results import Case
 
 
 def fmt(x: Any, digits: int = 4, limit: int = 8) -> str:
@@ -92,3 +93,14 @@ def random_model(cfg: GPTConfig, seed: int, scale: float, *, frozen: bool = Fals
     if frozen:
         m.requires_grad_(False)
     return m
+
+
+def first_wrong(name: str, cases: Iterable[Case]) -> Case:
+    """The first case of ``cases`` that failed, else one passed case named ``name``.
+
+    ``cases`` is consumed lazily (pass a generator), so nothing after the first failure is
+    called: one reported failure per group of inputs, and no time spent past it."""
+    for case in cases:
+        if not case.passed:
+            return case
+    return Case(name, True)

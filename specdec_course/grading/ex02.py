@@ -31,7 +31,7 @@ import torch
 
 from specdec_course import theory
 
-from ._support import as_number, fmt
+from ._support import as_number, first_wrong, fmt
 from .context import case_seed, fresh_cases
 from .core import Case, call, register
 
@@ -118,11 +118,7 @@ def _number_case(name: str, raw, exp: float, diagnose) -> Case:
 
 def _first_failure(name: str, inputs: list[tuple], run) -> Case:
     """One case for a group of inputs: passed, or the first input that went wrong."""
-    for args in inputs:
-        case = _number_case(*run(*args))
-        if not case.passed:
-            return case
-    return Case(name, True)
+    return first_wrong(name, (_number_case(*run(*args)) for args in inputs))
 
 
 def _rates(x: Sequence[float]) -> str:

@@ -34,7 +34,7 @@ import torch
 from specdec_course import theory
 from specdec_course.decoding.dynamic import ControllerK, HeuristicK
 
-from ._support import as_number, fmt
+from ._support import as_number, first_wrong, fmt
 from .context import case_seed, fresh_cases
 from .core import Case, call, register
 
@@ -82,10 +82,6 @@ def _int_case(name: str, raw, exp: int, diagnose) -> Case:
         return Case(name, False, str(exp), fmt(raw), "return a whole number (a Python int)")
     ok = int(got) == exp
     return Case(name, ok, str(exp), str(int(got)), "" if ok else diagnose(int(got)))
-
-
-def _first_failure(name: str, cases: list[Case]) -> Case:
-    return next((c for c in cases if not c.passed), Case(name, True))
 
 
 def _outcomes_text(outcomes) -> str:
@@ -148,22 +144,15 @@ def check_next_k(fn) -> Iterator[Case]:
             rand.append((k, d, int(torch.randint(0, d + 1, (), generator=g)), k_max))
         groups.append(("40 random iterations", rand))
     for name, args in groups:
-        cases = []
-        for k, d, a, km in args:
-            label = f"{name}: next_k({k}, {d}, {a}, {km})"
-            exp = reference_next_k(k, d, a, km)
-            got = call(label, fn, k, d, a, km)
-            cases.append(
-                _int_case(
-                    label,
-                    got,
-                    exp,
-                    lambda x, k=k, d=d, a=a, km=km: _diagnose_next_k(k, d, a, km, x),
-                )
-            )
-            if not cases[-1].passed:
-                break
-        yield _first_failure(name, cases)
+        yield first_wrong(name, (_next_k_case(fn, name, *x) for x in args))
+
+
+def _next_k_case(fn, name: str, k: int, d: int, a: int, km: int) -> Case:
+    label = f"{name}: next_k({k}, {d}, {a}, {km})"
+    got = call(label, fn, k, d, a, km)
+    return _int_case(
+        label, got, reference_next_k(k, d, a, km), lambda x: _diagnose_next_k(k, d, a, km, x)
+    )
 
 
 # --------------------------------------------------------------------------- alpha_estimate
@@ -214,21 +203,19 @@ def check_alpha_estimate(fn) -> Iterator[Case]:
     if fresh_cases():
         groups.append(("30 random histories", [(o, 0.5, 2.0) for o in _random_outcomes(2, 30)]))
     for name, triples in groups:
-        cases = []
-        for outcomes, pa, pw in triples:
-            label = f"{name}: alpha_estimate({_outcomes_text(outcomes)}, {pa:g}, {pw:g})"
-            exp = reference_alpha(outcomes, pa, pw)
-            raw = call(label, fn, [tuple(o) for o in outcomes], pa, pw)
-            got = as_number(raw)
-            if got is None:
-                cases.append(Case(label, False, f"{exp:.6g}", fmt(raw), "return a float"))
-                break
-            ok = _close(got, exp)
-            msg = "" if ok else _diagnose_alpha(outcomes, pa, pw, got)
-            cases.append(Case(label, ok, f"{exp:.6g}", f"{got:.6g}", msg))
-            if not ok:
-                break
-        yield _first_failure(name, cases)
+        yield first_wrong(name, (_alpha_case(fn, name, *x) for x in triples))
+
+
+def _alpha_case(fn, name: str, outcomes, pa: float, pw: float) -> Case:
+    label = f"{name}: alpha_estimate({_outcomes_text(outcomes)}, {pa:g}, {pw:g})"
+    exp = reference_alpha(outcomes, pa, pw)
+    raw = call(label, fn, [tuple(o) for o in outcomes], pa, pw)
+    got = as_number(raw)
+    if got is None:
+        return Case(label, False, f"{exp:.6g}", fmt(raw), "return a float")
+    ok = _close(got, exp)
+    msg = "" if ok else _diagnose_alpha(outcomes, pa, pw, got)
+    return Case(label, ok, f"{exp:.6g}", f"{got:.6g}", msg)
 
 
 # --------------------------------------------------------------------------- controller_k
@@ -269,29 +256,23 @@ def check_controller_k(fn) -> Iterator[Case]:
             rand.append((o, c, int(torch.randint(1, 13, (), generator=g))))
         groups.append(("random histories and costs", rand))
     for name, triples in groups:
-        cases = []
-        for outcomes, c, k_max in (t for t in triples if _stable(*t)):
-            label = f"{name}: controller_k({_outcomes_text(outcomes)}, {c:g}, {k_max})"
-            exp = reference_controller_k(outcomes, c, k_max)
-            got = call(label, fn, [tuple(o) for o in outcomes], c, k_max)
+        stable = (t for t in triples if _stable(*t))
+        yield first_wrong(name, (_controller_case(fn, name, *t) for t in stable))
 
-            def diagnose(x, exp=exp, c=c, k_max=k_max, outcomes=outcomes):
-                free = theory.optimal_gamma(min(1.0, reference_alpha(outcomes)), c, k_max)
-                if x == 0 and free == 0:
-                    return (
-                        "0 switches speculation off for good: the rate could never be "
-                        "measured again"
-                    )
-                if x > k_max:
-                    return f"at most k_max = {k_max}"
-                return (
-                    "not the best k at the estimated rate (is your alpha_estimate check passing?)"
-                )
 
-            cases.append(_int_case(label, got, exp, diagnose))
-            if not cases[-1].passed:
-                break
-        yield _first_failure(name, cases)
+def _controller_case(fn, name: str, outcomes, c: float, k_max: int) -> Case:
+    label = f"{name}: controller_k({_outcomes_text(outcomes)}, {c:g}, {k_max})"
+    got = call(label, fn, [tuple(o) for o in outcomes], c, k_max)
+
+    def diagnose(x):
+        free = theory.optimal_gamma(min(1.0, reference_alpha(outcomes)), c, k_max)
+        if x == 0 and free == 0:
+            return "0 switches speculation off for good: the rate could never be measured again"
+        if x > k_max:
+            return f"at most k_max = {k_max}"
+        return "not the best k at the estimated rate (is your alpha_estimate check passing?)"
+
+    return _int_case(label, got, reference_controller_k(outcomes, c, k_max), diagnose)
 
 
 # --------------------------------------------------------------------------- confidence_stop
@@ -332,14 +313,12 @@ def check_confidence_stop(fn) -> Iterator[Case]:
             rand.append(([round(x, 4) for x in torch.rand(m, generator=g).tolist()], 0.4))
         groups.append(("30 random proposals", rand))
     for name, pairs in groups:
-        cases = []
-        for top, p_min in pairs:
-            label = f"{name}: confidence_stop({list(top)}, {p_min:g})"
-            got = call(label, fn, list(top), p_min)
-            exp = reference_stop(top, p_min)
-            cases.append(
-                _int_case(label, got, exp, lambda x, t=top, p=p_min: _diagnose_stop(t, p, x))
-            )
-            if not cases[-1].passed:
-                break
-        yield _first_failure(name, cases)
+        yield first_wrong(name, (_stop_case(fn, name, *x) for x in pairs))
+
+
+def _stop_case(fn, name: str, top, p_min: float) -> Case:
+    label = f"{name}: confidence_stop({list(top)}, {p_min:g})"
+    got = call(label, fn, list(top), p_min)
+    return _int_case(
+        label, got, reference_stop(top, p_min), lambda x: _diagnose_stop(top, p_min, x)
+    )
