@@ -291,6 +291,9 @@ class SamplingOptions:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         # Greedy decoding only takes an argmax: the logits pass through unscaled.
         self.inv_t = 1.0 / temperature if temperature else 1.0
+        # False when ``logits`` returns its input unchanged (temperature 1 or greedy, no
+        # filters): a draft can then skip the call at every step.
+        self.changes_logits = not ((self.plain or self.greedy) and self.inv_t == 1.0)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         if self.plain or self.greedy:

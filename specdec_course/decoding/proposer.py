@@ -113,7 +113,7 @@ class ModelProposer:
         model = self.model
         self.sampling = sampling
         # Identity processing (temperature 1, no filters, or greedy): no op per draft.
-        self.processed = not ((sampling.plain or sampling.greedy) and sampling.inv_t == 1.0)
+        self.processed = sampling.changes_logits
         # The catch-up feeds one or two tokens: graphed steps for T = 1 and 2.
         self.steps = steps_for(model, "draft", 2, True) if self.cuda_graphs else None
         self.cache = model.new_cache(1) if self.steps is None else self.steps.cache

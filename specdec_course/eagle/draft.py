@@ -172,7 +172,7 @@ class EagleProposer:
     ) -> None:
         d, w = self.draft, self.draft.wte
         self.sampling = sampling
-        self.processed = not ((sampling.plain or sampling.greedy) and sampling.inv_t == 1.0)
+        self.processed = sampling.changes_logits
         self.params = d.step_params()
         self.cache = d.new_cache()
         self.feats = torch.empty(
