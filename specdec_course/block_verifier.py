@@ -180,6 +180,8 @@ def block_verify_row(
     """
     k = draft_ids.shape[0]
     p, e = target_probs, exp_noise
+    if not isinstance(e, torch.Tensor):  # the loop's NumPy noise rows (CPU)
+        e = torch.from_numpy(e)
     if k == 0:
         return [int((p[0].float() / e).argmax())], 0
     idx = draft_ids + torch.arange(k) * p.shape[1]

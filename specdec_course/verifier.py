@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from .sampling import exp_noise as _exp_noise
@@ -353,10 +354,11 @@ def rejection_sample_row(
     ``draft_ids`` int64 ``[k]`` (``k >= 0``, no ``-1``), ``draft_probs`` ``[k, V]`` or
     ``None`` (one-hot drafts), ``target_probs`` ``[k + 1, V]`` (contiguous), ``uniforms`` a
     sequence of at least ``k`` Python floats in (0, 1] (float64 values), ``exp_noise``
-    float32 ``[V]``. Returns ``(new_ids, num_accepted)``: the ``num_accepted`` accepted
-    drafts followed by the one recovered or bonus token, as Python ints. Given the same
-    random numbers the tokens are those of ``rejection_sample`` on the one-row batch (tests
-    pin it); it checks nothing (callers pass what their own loop produced).
+    float32 ``[V]`` (a tensor; a NumPy array with CPU tensors). Returns ``(new_ids,
+    num_accepted)``: the ``num_accepted`` accepted drafts followed by the one recovered or
+    bonus token, as Python ints. Given the same random numbers the tokens are those of
+    ``rejection_sample`` on the one-row batch (tests pin it); it checks nothing (callers
+    pass what their own loop produced).
 
     Why a second implementation: ``rejection_sample`` is written for batches, about fifty
     small tensor ops; at batch 1 on a CPU their dispatch costs more than the target's
@@ -365,7 +367,21 @@ def rejection_sample_row(
     as the batched rule does. The race is run at every position at once (``argmax`` of the
     residual over the noise, float32 division as in the batched rule), so that the one
     transfer carries every candidate token: no second round trip after the accept test.
+    On a CPU even a dozen ops cost more than the rest of the loop's bookkeeping, so CPU
+    tensors take a NumPy path over the same memory instead: the accept test reads ``2k``
+    scalars, and the race runs over the one row where the new token is drawn. NumPy's
+    float32 subtraction, clamp, division and first-index argmax are the same IEEE
+    operations as the tensors', so the tokens are the same (tests pin both paths).
     """
+    if target_probs.device.type == "cpu":
+        return _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise)
+    return _row_tensors(draft_ids, draft_probs, target_probs, uniforms, exp_noise)
+
+
+def _row_tensors(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
+    # rejection_sample_row in tensor ops, for tensors off the CPU (tests run it on the CPU).
+    if isinstance(exp_noise, np.ndarray):
+        exp_noise = torch.from_numpy(exp_noise).to(target_probs.device)
     k = draft_ids.shape[0]
     p, e = target_probs, exp_noise
     # The race's weights for every position at once, in float32 as the batched rule (and
@@ -382,7 +398,7 @@ def rejection_sample_row(
         w[:k].scatter_(1, draft_ids.unsqueeze(1), 0.0)
     else:
         q_x = draft_probs.take(idx)
-        w[:k].sub_(draft_probs).clamp_min_(0.0)
+        w[:k].sub_(draft_probs.float()).clamp_min_(0.0)
     best = w.div_(e).max(dim=1)
     # One transfer; cat promotes to the widest dtype, so every value arrives exact.
     f = torch.cat((p_x, q_x, best.values)).tolist()
@@ -399,3 +415,36 @@ def rejection_sample_row(
     else:  # no residual mass at this position (p == q up to rounding): race over p itself
         token = int((p[a].float() / e).argmax())
     return ids[:a] + [token], a
+
+
+def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
+    # rejection_sample_row on CPU tensors, through NumPy views of their memory (no copies).
+    P = target_probs.numpy()
+    E = exp_noise if isinstance(exp_noise, np.ndarray) else exp_noise.numpy()
+    k = draft_ids.shape[0]
+    xs = draft_ids.tolist()
+    Q = None if draft_probs is None else draft_probs.numpy()
+    a = 0
+    while a < k:  # the accept test u * q(x) <= p(x), on float64 values as the batched rule
+        x = xs[a]
+        px = float(P[a, x])
+        if px > 0.0 and uniforms[a] * (1.0 if Q is None else float(Q[a, x])) <= px:
+            a += 1
+        else:
+            break
+    p_a = P[a].astype(np.float32, copy=False)
+    if a == k:  # every draft accepted: the bonus token, a race over p itself
+        return xs + [int((p_a / E).argmax())], a
+    if Q is None:  # one-hot draft: the residual is p with the draft's column zeroed
+        w = p_a.copy()
+        w[xs[a]] = 0.0
+    else:
+        # p - q in float32, as the batched rule and the kernel compute it. The clamp at 0 is
+        # left out: where the residual is 0 the score is <= 0 and cannot win once some
+        # score is positive, and the positive scores are the clamped rule's own.
+        w = p_a - Q[a].astype(np.float32, copy=False)
+    scores = w / E
+    j = int(scores.argmax())
+    if not scores[j] > 0.0:  # no residual mass (p == q up to rounding): race over p itself
+        j = int((p_a / E).argmax())
+    return xs[:a] + [j], a

@@ -317,10 +317,16 @@ def _row_cases(seed: int, V: int = 17):
         yield drafts, q, p, u, e
 
 
-def test_batch_one_path_emits_the_tokens_of_the_batched_verifier():
-    # One semantics, two implementations: for the same random numbers, the same tokens.
+@pytest.mark.parametrize("path", ["host", "tensors", "host, float64"])
+def test_batch_one_path_emits_the_tokens_of_the_batched_verifier(path):
+    # One semantics, three implementations: for the same random numbers, the same tokens.
+    # "host" is the NumPy path CPU tensors take (noise as an array, as the loop passes it),
+    # "tensors" the tensor ops other devices take, run here on the CPU.
+    row = verifier._row_tensors if path == "tensors" else verifier.rejection_sample_row
     for seed in (1, 2):
         for drafts, q, p, u, e in _row_cases(seed):
+            if path == "host, float64":  # mixed widths: float64 p and q, float32 race
+                p, q = p.double(), None if q is None else q.double()
             k = drafts.numel()
             ref = rejection_sample(
                 drafts[None] if k else torch.full((1, 1), -1),
@@ -329,7 +335,8 @@ def test_batch_one_path_emits_the_tokens_of_the_batched_verifier():
                 uniforms=u if k else torch.ones(1, 1, dtype=torch.float64),
                 exp_noise=e,
             )
-            new, a = verifier.rejection_sample_row(drafts, q, p, u[0].tolist(), e[0])
+            noise = e[0] if path == "tensors" else e[0].numpy()
+            new, a = row(drafts, q, p, u[0].tolist(), noise)
             m = int(ref.num_accepted[0])
             assert a == m and new == ref.token_ids[0, : m + 1].tolist(), (k, new, ref)
 

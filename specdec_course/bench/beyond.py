@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ..devices import native_cpu_kernels
 from .records import load_record, save_record
 
 __all__ = [
@@ -183,7 +184,7 @@ def batch_call_costs(
             for n in what:
                 jobs.append((bi, model is draft, n, model, cache, ids[:, 64 : 64 + n]))
     runs: list[list[float]] = [[] for _ in jobs]
-    with torch.inference_mode():
+    with torch.inference_mode(), native_cpu_kernels():  # as the decoding loops run
         for r in range(repeats + 3):
             for job, sink in zip(jobs, runs):
                 _, _, _, model, cache, feed = job

@@ -117,6 +117,7 @@ def _forward_timer(model, n_new: int, context: int):
         model(ids[:, :context], cache)
     new = ids[:, context:]
 
+    @devices.with_native_cpu_kernels  # as the decoding loops run it
     @torch.inference_mode()
     def once() -> float:
         cache.crop(context)

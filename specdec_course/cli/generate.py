@@ -86,7 +86,7 @@ def run(args) -> int:
         draft = NgramDraft()
     elif args.method == "speculative":
         draft = load_pretrained("draft")
-        draft.input_table()  # part of loading it: the first step would build it otherwise
+        draft.lean_step()  # part of loading it: the first step would build it otherwise
     elif args.method == "medusa":
         from ..medusa import load_heads, medusa_generate
 

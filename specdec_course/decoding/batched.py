@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from .._validate import check_int
 from ..block_verifier import block_verify
+from ..devices import with_native_cpu_kernels
 from ..model import CharGPT, check_model
 from ..model.ragged import RaggedCache, ragged_forward
 from ..sampling import SamplingOptions, exp_noise
@@ -71,6 +72,7 @@ def check_prompts(model: CharGPT, prompts, max_new_tokens: int, extra: int = 0) 
     return prompts.to(torch.long)
 
 
+@with_native_cpu_kernels
 @torch.inference_mode()
 def generate_batch(
     model: CharGPT,
@@ -107,6 +109,7 @@ def generate_batch(
     return out
 
 
+@with_native_cpu_kernels
 @torch.inference_mode()
 def speculative_generate_batch(
     target: CharGPT,

@@ -24,7 +24,8 @@ max_tokens`` new tokens; ``steps(ids)`` runs the step for ``ids [1, T]`` and ret
 ``[T, V]``. ``capture=True`` (CUDA only) records each step as a graph; ``capture=False``
 runs the same static step eagerly, on any device (tests use it on the CPU).
 ``steps_for(model, role, max_tokens, cuda_graphs)`` is what the loops call: the eager
-``EagerSteps`` when graphs are off, else a ``StaticSteps`` kept on the model per role
+``EagerSteps`` (``model.lean.LeanStep``) when graphs are off, else a ``StaticSteps`` kept on
+the model per role
 (target or draft: a model used as both gets two caches), so that captures are paid once.
 """
 
@@ -40,16 +41,24 @@ __all__ = ["EagerSteps", "StaticSteps", "steps_for", "check_cuda_graphs"]
 
 
 class EagerSteps:
-    """The plain cached step: ``decode_hidden`` on a fresh cache, then ``lm_head``."""
+    """The plain cached step: the model's ``lean_step`` (``model.lean``) on a fresh cache,
+    logits written into a buffer of ``max_tokens`` rows."""
 
-    def __init__(self, model: CharGPT):
-        self.model = model
+    def __init__(self, model: CharGPT, max_tokens: int = 1):
+        self.lean = model.lean_step()
         self.cache = model.new_cache(1)
-        self.w = model.lm_head.weight
+        w = model.lm_head.weight
+        self.out = torch.empty(max_tokens, model.config.vocab_size, dtype=w.dtype, device=w.device)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits ``[T, V]`` of ``ids [1, T]`` (the new tokens), extending ``self.cache``."""
-        return F.linear(self.model.decode_hidden(ids, self.cache)[0], self.w)
+        """Logits ``[T, V]`` of ``ids [1, T]`` (the new tokens), extending ``self.cache``; the
+        next call overwrites them (use or copy them first)."""
+        T = ids.shape[1]
+        if T > self.out.shape[0]:  # more tokens than planned for: a larger buffer
+            self.out = self.out.new_empty(T, self.out.shape[1])
+        out = self.out[:T]
+        self.lean.step(ids[0], self.cache, out)
+        return out
 
 
 def _static_step(model: CharGPT, idx: torch.Tensor, start: torch.Tensor, cache: KVCache):
@@ -148,12 +157,13 @@ def check_cuda_graphs(dev: torch.device) -> None:
 def steps_for(model: CharGPT, role: str, max_tokens: int, cuda_graphs: bool):
     """The cached steps a decoding loop calls for ``model`` in ``role`` ("target", "draft").
 
-    Graphs off: a fresh ``EagerSteps``. Graphs on: the model's ``StaticSteps`` for that
+    Graphs off: a fresh ``EagerSteps`` for up to ``max_tokens`` new tokens. Graphs on: the
+    model's ``StaticSteps`` for that
     role, captured on first use (up to ``max_tokens`` new tokens per step) and kept on the
     model until its weights move (``model.to``) or are reloaded; its cache is emptied here.
     """
     if not cuda_graphs:
-        return EagerSteps(model)
+        return EagerSteps(model, max_tokens)
     check_cuda_graphs(model_device(model))
     if model._graphs is None:
         model._graphs = {}

@@ -8,6 +8,7 @@ import torch
 from torch.nn import functional as F
 
 from .._validate import check_int
+from ..devices import with_native_cpu_kernels
 from ..model import CharGPT, KVCache, check_model
 from ..sampling import SamplingOptions, exp_noise
 from .graphs import steps_for
@@ -79,6 +80,7 @@ def gumbel(exp_draws: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------ decoding
 
 
+@with_native_cpu_kernels
 @torch.inference_mode()
 def generate(
     model: CharGPT,
@@ -97,8 +99,11 @@ def generate(
     the model's next-token distribution after temperature, top-k and top-p (as
     ``sampling.process_logits``; ``temperature=0`` is greedy and draws no random numbers),
     with Gumbel noise drawn from ``generator`` on its own device (a CPU generator gives the
-    same noise whatever device the model is on). ``cuda_graphs=True`` replays each step as
-    a CUDA graph (``decoding.graphs``; the model must be on a CUDA GPU). Returns the 1-D
+    same noise whatever device the model is on). Each step is the model's ``lean_step``
+    (``model.lean``), the same one-token step the draft model takes in speculative decoding,
+    so a speedup over this loop is not a speedup over a slower step. ``cuda_graphs=True``
+    replays each step as a CUDA graph (``decoding.graphs``; the model must be on a CUDA
+    GPU). Returns the 1-D
     sequence ``prompt + max_new_tokens`` new ids on the model's device. Raises ValueError
     for an empty or out-of-vocabulary prompt, bad options, a total length beyond the
     model's block size, or ``cuda_graphs`` with a model that is not on a CUDA GPU.
@@ -116,21 +121,18 @@ def generate(
     noise = None
     if not smp.greedy:
         noise = gumbel(exp_noise((max_new_tokens, V), generator=generator, device=dev))
-    steps = steps_for(model, "target", 1, cuda_graphs) if cuda_graphs else None
-    cache = model.new_cache(1) if steps is None else steps.cache
-    logits = model(out[None, :n0], cache)[0, -1]
+    # One-token steps: the lean step (model.lean) or, with graphs, a graph replay.
+    steps = steps_for(model, "target", 1, cuda_graphs)
+    cache = steps.cache
+    logits = model(out[None, :n0], cache)[0, -1:]  # [1, V]
     for i in range(n0, end):
+        slot = out[i : i + 1]
         if smp.greedy:
-            torch.argmax(logits, dim=-1, keepdim=True, out=out[i : i + 1])
+            torch.argmax(logits, dim=-1, out=slot)
         else:
-            torch.argmax(
-                smp.logits(logits) + noise[i - n0], dim=-1, keepdim=True, out=out[i : i + 1]
-            )
+            torch.argmax(smp.logits(logits) + noise[i - n0], dim=-1, out=slot)
         if i + 1 < end:
-            if steps is None:
-                logits = next_logits(model, out[i : i + 1][None], cache)
-            else:
-                logits = steps(out[i : i + 1][None])[0]
+            logits = steps(slot[None])
     return out
 
 

@@ -38,11 +38,20 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from ..model import CharGPT, check_model
-from ..sampling import SamplingOptions, exp_noise
+from ..sampling import NoiseBlocks, SamplingOptions
 from .graphs import check_cuda_graphs, steps_for
-from .plain import gumbel
 
-__all__ = ["Proposer", "ModelProposer", "as_proposer", "audit_proposer"]
+__all__ = ["Proposer", "ModelProposer", "as_proposer", "audit_proposer", "draft_noise"]
+
+
+def draft_noise(sampling, generator, max_new_tokens: int, k: int, V: int, device):
+    """A draft's Gumbel noise, ``k`` rows per proposal, drawn in blocks of 16 proposals as
+    the run uses them (``sampling.NoiseBlocks``); ``None`` at temperature 0 or ``k = 0``.
+    There are never more proposals than new tokens (an iteration emits at least one)."""
+    if sampling.greedy or k < 1:
+        return None
+    limit = max(max_new_tokens, 1) * k
+    return NoiseBlocks(V, limit, block=16 * k, generator=generator, device=device, gumbel=True)
 
 
 @runtime_checkable
@@ -72,8 +81,9 @@ class ModelProposer:
     """A ``CharGPT`` draft as a proposer: ``k`` cached forward calls per proposal.
 
     The draft cache holds a prefix ``x[0..m-1]`` of the committed text with ``m`` in
-    ``{n-2, n-1}``: the first call of a proposal feeds the one or two missing tokens (the
-    catch-up) with no extra call. After a commit of ``n`` tokens the cache is cropped to
+    ``{n-2, n-1}``: a proposal first feeds the one or two missing tokens (the catch-up;
+    for a one-layer draft, all but the last are a look-up and a cache write). After a
+    commit of ``n`` tokens the cache is cropped to
     ``min(its length, n - 1)``: after full acceptance the draft never fed its own last
     draft, which becomes part of the next catch-up.
 
@@ -84,13 +94,13 @@ class ModelProposer:
     target's extra position is nearly free). It depends on the draft's own distributions
     only, so sampling stays exact; it costs one transfer per draft step.
 
-    Steps use the draft's ``input_table`` (its first layer's input work as one look-up).
-    Sampling is Gumbel-max over the processed logits, with the noise drawn at ``start`` in
-    one block ``[max_new_tokens, k, V]`` (an iteration emits at least one token, so there
-    are never more proposals than new tokens); ``q`` is the softmax of the same processed
-    logits, one op over all drafted rows. ``cuda_graphs=True`` replays each step as a CUDA
-    graph instead (``decoding.graphs``, without the input table: the step is recorded
-    whole); ``device`` is the model's.
+    Steps are the draft's ``lean_step`` (``model.lean``: one token, the first layer's input
+    work as one look-up of ``input_table``, logits written in place). Sampling is Gumbel-max
+    over the processed logits, with one noise row per draft taken from ``draft_noise``'s
+    blocks (``k`` rows per proposal); ``q`` is the softmax of the same processed logits,
+    one op over all drafted rows. ``cuda_graphs=True`` replays each step as a CUDA graph
+    instead (``decoding.graphs``, without the look-up: the step is recorded whole);
+    ``device`` is the model's.
     """
 
     def __init__(self, model: CharGPT, *, cuda_graphs: bool = False, p_min: float | None = None):
@@ -117,17 +127,16 @@ class ModelProposer:
         # The catch-up feeds one or two tokens: graphed steps for T = 1 and 2.
         self.steps = steps_for(model, "draft", 2, True) if self.cuda_graphs else None
         self.cache = model.new_cache(1) if self.steps is None else self.steps.cache
+        # One-token steps with the first layer as a look-up (a graph records the step whole).
+        self.lean = model.lean_step() if self.steps is None else None
         if n > 1:  # everything but the pending last token, as the target
-            model(ids[None, : n - 1], self.cache)
+            if self.lean is None:
+                model(ids[None, : n - 1], self.cache)
+            else:  # a one-layer draft's prefill is a look-up of its keys and values
+                self.lean.feed(ids[: n - 1], self.cache)
         V, w = self.vocab_size, model.lm_head.weight
-        # The first layer's work as one look-up per step (a graph records the step whole).
-        self.table = model.input_table() if self.steps is None else None
-        self.w_t = w.t()  # lm_head as [C, V]: mm(h, w_t, out=...) writes logits in place
         self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
-        self.noise = None
-        if not sampling.greedy and k > 0:
-            shape = (max(max_new_tokens, 1), k, V)
-            self.noise = gumbel(exp_noise(shape, generator=generator, device=w.device))
+        self.noise = draft_noise(sampling, generator, max_new_tokens, k, V, w.device)
         self.calls = 0
         self._views_of = None
 
@@ -145,16 +154,17 @@ class ModelProposer:
     def propose(self, ids, n, k, out):
         if self.steps is not None:
             return self._propose_graphed(ids, n, k, out)
-        model, cache, w_t, p_min = self.model, self.cache, self.w_t, self.p_min
+        lean, cache, p_min = self.lean, self.cache, self.p_min
         views = self._views(out)
-        noise = None if self.noise is None else self.noise[self.calls]
+        noise = None if self.noise is None else self.noise.take(k)
         self.calls += 1
-        # The first call also feeds the catch-up (one or two tokens); its last row drafts.
-        table = self.table
-        h = model.decode_hidden(ids[None, cache.length : n], cache, table=table)[0, -1:]
+        # The catch-up: committed tokens the cache lacks (one or two), the last of which
+        # drafts; for a one-layer draft feeding one is writing its keys and values.
+        for m in range(cache.length, n - 1):
+            lean.feed(ids[m : m + 1], cache)
+        lean.step(ids[n - 1 : n], cache, views[0][0])
         for j in range(k):
-            row, slot, nxt = views[j]
-            torch.mm(h, w_t, out=row)
+            row, slot, _ = views[j]
             if self.processed:
                 row.copy_(self.sampling.logits(row))
             if noise is None:
@@ -165,13 +175,13 @@ class ModelProposer:
                 k = j + 1  # the confidence stop: this draft is the proposal's last
                 break
             if j + 1 < k:
-                h = model.decode_hidden(nxt, cache, table=table)[0]
+                lean.step(slot, cache, views[j + 1][0])
         return k, (None if noise is None else self.logits[:k].softmax(-1))
 
     def _propose_graphed(self, ids, n, k, out):
         # propose() with each step a graph replay that returns the logits themselves.
         steps, views = self.steps, self._views(out)
-        noise = None if self.noise is None else self.noise[self.calls]
+        noise = None if self.noise is None else self.noise.take(k)
         self.calls += 1
         logits = steps(ids[None, steps.cache.length : n])[-1:]
         for j in range(k):

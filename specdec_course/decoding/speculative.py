@@ -29,9 +29,9 @@ from torch.nn import functional as F
 from .. import devices
 from .._validate import check_int
 from ..block_verifier import block_verify_row
-from ..devices import check_same_device
+from ..devices import check_same_device, with_native_cpu_kernels
 from ..model import CharGPT
-from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
+from ..sampling import NoiseBlocks, SamplingOptions, uniform_open_closed
 from ..verifier import rejection_sample_row
 from .dynamic import check_policy
 from .graphs import steps_for
@@ -41,7 +41,12 @@ from .stats import SpecStats
 
 __all__ = ["speculative_generate"]
 
+# Noise rows drawn at a time (``sampling.NoiseBlocks``): an iteration uses one for the race,
+# and a run of 200 new tokens takes 40 to 100 iterations.
+_BLOCK = 32
 
+
+@with_native_cpu_kernels
 @torch.inference_mode()
 def speculative_generate(
     target: CharGPT,
@@ -85,10 +90,11 @@ def speculative_generate(
     needs ``cuda_graphs=False``.
 
     Random numbers, drawn from ``generator``: first float64 uniforms in (0, 1] ``[m, k']``
-    for the accept tests and Exp(1) noise ``[m, V]`` for the verifier's race (``m`` =
-    ``max_new_tokens``: an iteration emits at least one token; ``k' = min(k, m - 1)``),
-    then whatever the proposer draws in ``start`` (the draft model: Gumbel noise
-    ``[m, k', V]``).
+    for the accept tests (``m`` = ``max_new_tokens``: an iteration emits at least one token;
+    ``k' = min(k, m - 1)``), then what the proposer draws in ``start``; during the run, one
+    Exp(1) row ``[V]`` per iteration for the verifier's race and the proposer's own noise
+    (the draft model: one Gumbel row per draft), each drawn in blocks as the run uses them
+    (``sampling.NoiseBlocks``), so a run that accepts many drafts draws few rows.
 
     Models, proposer and the returned ids live on the target's device (the prompt may be
     anywhere). Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a
@@ -123,8 +129,12 @@ def speculative_generate(
         return out, stats
     k = min(k, max_new_tokens - 1)  # never more drafts than could be kept: k' in the docstring
 
+    host = dev.type == "cpu"  # CPU tensors are written and read through NumPy views
     U = None if greedy else uniform_open_closed((max_new_tokens, k), generator=generator).tolist()
-    R = None if greedy else exp_noise((max_new_tokens, V), generator=generator, device=dev)
+    # One Exp(1) row per iteration for the race, drawn in blocks as iterations use them.
+    R = None
+    if not greedy:
+        R = NoiseBlocks(V, max_new_tokens, block=_BLOCK, generator=generator, device=dev, host=host)
     proposer.start(out, n, smp, generator, max_new_tokens, k)
     if policy is not None:
         policy.start(k)
@@ -148,6 +158,7 @@ def speculative_generate(
     it = drafted = rejections = 0
     accepted = stats.accepted_per_iteration
     feed[0, 0] = out[n - 1]
+    out_h, feed_h = (out.numpy(), feed.numpy()) if host else (None, None)
     while n < end:
         t0 = clock() if clock else 0.0
         kk = min(k, end - n - 1)  # never draft tokens that could not be kept
@@ -178,11 +189,16 @@ def speculative_generate(
             new.append(best[a])
         else:
             p = smp.logits(logits).softmax(-1)  # no op before softmax at temperature 1
-            new, a = verify_row(drafts[:kk], q, p, U[it], R[it])
+            new, a = verify_row(drafts[:kk], q, p, U[it], R.take(1)[0])
         t3 = clock() if clock else 0.0
-        if a:
-            out[n : n + a] = drafts[:a]
-        out[n + a] = feed[0, 0] = new[a]  # the new token, and the next call's pending one
+        if host:  # NumPy writes: a tensor's item assignment costs microseconds each
+            if a:
+                out_h[n : n + a] = feed_h[0, 1 : a + 1]
+            out_h[n + a] = feed_h[0, 0] = new[a]
+        else:
+            if a:
+                out[n : n + a] = drafts[:a]
+            out[n + a] = feed[0, 0] = new[a]  # the new token, and the next call's pending one
         n += a + 1
         it += 1
         tc.crop(n - 1)  # roll back: a pointer move (see the module docstring)

@@ -8,10 +8,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from ..decoding.plain import gumbel
+from ..decoding.proposer import draft_noise
 from ..model import CharGPT, KVCache, check_model
 from ..model.gpt import Block
-from ..sampling import SamplingOptions, exp_noise
+from ..sampling import SamplingOptions
 
 __all__ = ["EagleDraft", "EagleProposer", "check_eagle"]
 
@@ -182,10 +182,7 @@ class EagleProposer:
             self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
         self.w_t = w.t()
         self.logits = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype, device=w.device)
-        self.noise = None
-        if not sampling.greedy and k > 0:
-            shape = (max(max_new_tokens, 1), k, self.vocab_size)
-            self.noise = gumbel(exp_noise(shape, generator=generator, device=w.device))
+        self.noise = draft_noise(sampling, generator, max_new_tokens, k, self.vocab_size, w.device)
         self.calls = 0
 
     def observe_target(self, hidden: torch.Tensor, start: int) -> None:
@@ -201,7 +198,7 @@ class EagleProposer:
         if n < 2:
             return 0, None
         d, cache, p, w_t = self.draft, self.cache, self.params, self.w_t
-        noise = None if self.noise is None else self.noise[self.calls]
+        noise = None if self.noise is None else self.noise.take(k)
         self.calls += 1
         m = cache.length
         h = d.step(self.feats[None, m : n - 1], ids[None, m + 1 : n], cache, p)[0, -1:]

@@ -19,7 +19,7 @@ import torch
 from torch.nn import functional as F
 
 from ..decoding import SpecStats, check_prompt
-from ..devices import check_same_device, model_device
+from ..devices import check_same_device, model_device, with_native_cpu_kernels
 from ..model import CharGPT, KVCache
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
 from .heads import MedusaHeads, check_heads
@@ -216,6 +216,7 @@ def _commit(
     return len(path)
 
 
+@with_native_cpu_kernels
 @torch.inference_mode()
 def medusa_generate(
     model: CharGPT,

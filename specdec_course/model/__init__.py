@@ -20,11 +20,13 @@ from .cache import KVCache
 from .checkpoints import load_checkpoint, load_pretrained, rebuild_command, save_checkpoint
 from .config import DRAFT, PRESETS, TARGET, GPTConfig, preset
 from .gpt import CharGPT, check_model
+from .lean import LeanStep
 
 __all__ = [
     "GPTConfig",
     "CharGPT",
     "KVCache",
+    "LeanStep",
     "TARGET",
     "DRAFT",
     "PRESETS",

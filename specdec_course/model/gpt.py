@@ -12,6 +12,7 @@ from .._validate import check_int
 from ..devices import check_same_device
 from .cache import KVCache
 from .config import GPTConfig
+from .lean import LeanStep
 
 
 class CausalSelfAttention(nn.Module):
@@ -119,6 +120,7 @@ class CharGPT(nn.Module):
         )
         self._fast_params = None
         self._input_table = None
+        self._lean = None  # the one-token draft step (model.lean), built on first use
         self._graphs = None  # CUDA graphs of the cached steps (decoding.graphs), per role
 
     @staticmethod
@@ -215,16 +217,16 @@ class CharGPT(nn.Module):
 
     def train(self, mode: bool = True):
         # Rebuilt on the next cached call: training changes the weights in place.
-        self._fast_params = self._input_table = self._graphs = None
+        self._fast_params = self._input_table = self._lean = self._graphs = None
         return super().train(mode)
 
     # Anything that may replace the parameter tensors drops the cached references to them.
     def load_state_dict(self, *args, **kwargs):
-        self._fast_params = self._input_table = self._graphs = None
+        self._fast_params = self._input_table = self._lean = self._graphs = None
         return super().load_state_dict(*args, **kwargs)
 
     def _apply(self, *args, **kwargs):
-        self._fast_params = self._input_table = self._graphs = None
+        self._fast_params = self._input_table = self._lean = self._graphs = None
         return super()._apply(*args, **kwargs)
 
     def fast_params(self) -> tuple:
@@ -289,10 +291,9 @@ class CharGPT(nn.Module):
         start = cache.length
         end = start + T
         first = None  # layer 0's qkv projection, when the table provides it
-        if table is not None:
-            flat = idx.view(-1) * self.config.block_size + (
-                arange[start:end] if pos is None else pos
-            )
+        if table is not None:  # rows ordered by position, then token
+            p = arange[start:end] if pos is None else pos
+            flat = (idx + p * self.config.vocab_size).view(-1)
             rows = table.index_select(0, flat).view(B, T, -1)
             x, first = rows[..., :C], rows[..., C:]
         elif pos is None:
@@ -325,12 +326,15 @@ class CharGPT(nn.Module):
 
     @torch.no_grad()
     def input_table(self) -> torch.Tensor:
-        """``[vocab_size * block_size, 4 * n_embd]``: for every (token, position), the first
-        layer's input ``x = wte[token] + wpe[position]`` and its query/key/value projection
-        ``c_attn(ln_1(x))``, the work of the first layer that depends on nothing else.
+        """``[block_size * vocab_size, 4 * n_embd]``: for every (position, token), row
+        ``position * vocab_size + token``, the first layer's input ``x = wte[token] +
+        wpe[position]`` and its query/key/value projection ``c_attn(ln_1(x))``, the work of
+        the first layer that depends on nothing else.
 
         One row look-up then replaces four ops of every cached step (``decode_hidden(...,
-        table=...)``); a draft model, called ``k`` times per iteration, gains most. Built on
+        table=...)``, ``model.lean.LeanStep``); a draft model, called ``k`` times per
+        iteration, gains most. Rows are grouped by position so that a one-token step selects
+        ``view(block_size, vocab_size, -1)[position]`` and then its token's row. Built on
         first use and kept (21 MB for the 1-layer draft); rebuilt after the weights change.
         The rows are computed in one batch, so they may differ from a step's own arithmetic
         in the last bit: use it for a draft (whose ``q`` is reported as computed), not where
@@ -339,10 +343,17 @@ class CharGPT(nn.Module):
         if self._input_table is None:
             cfg, b = self.config, self.transformer.h[0]
             wte, wpe = self.transformer.wte.weight, self.transformer.wpe.weight
-            x = (wte[:, None, :] + wpe[None, :, :]).reshape(-1, cfg.n_embd)
+            x = (wpe[:, None, :] + wte[None, :, :]).reshape(-1, cfg.n_embd)
             qkv = b.attn.c_attn(b.ln_1(x))
             self._input_table = torch.cat([x, qkv], dim=1).contiguous()
         return self._input_table
+
+    def lean_step(self) -> LeanStep:
+        """This model's ``model.lean.LeanStep`` (one-token cached steps for a draft's inner
+        loop), built on first use and dropped with the input table when the weights change."""
+        if self._lean is None:
+            self._lean = LeanStep(self)
+        return self._lean
 
     def forward(
         self,

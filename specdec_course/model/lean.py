@@ -1,0 +1,129 @@
+"""``LeanStep``: a model's cached step for batch 1, in as few tensor ops as it allows.
+
+On a CPU at batch 1 a step costs what dispatching its ops costs, not their arithmetic.
+``CharGPT.decode_hidden`` is general (masks, positions, ragged batches, any batch size);
+this step takes one row of ``T`` new tokens after the cache and nothing else, and so can
+drop most of the generality's ops:
+
+- the first layer's input, LayerNorm and query/key/value projection are rows of
+  ``CharGPT.input_table`` (ordered by position, then token: for one token ``table[pos]``
+  is a view and the row one ``index_select`` by the token tensor, no index arithmetic);
+- one new token attends to everything cached (no mask); several use the causal bias;
+- every projection is one ``addmm`` (bias, input, weight transposed once, contiguous),
+  not ``F.linear``'s transpose and product; the cache is written through per-layer views;
+- the logits are written into the caller's buffer.
+
+Plain decoding (``decoding.generate``), the speculative loop's target call and the draft
+model's steps all use it, so the baseline gets every saving the draft gets. The arithmetic
+is ``decode_hidden``'s, in another order of the same operations, so the logits agree to
+rounding (tests bound the difference). For a one-layer model the keys and values of a
+token depend only on the token and its position: ``feed`` then writes them from the table
+without running the layer (a draft catching up on committed text needs nothing else).
+Unchecked, like ``decode_hidden``: call it with tokens and caches the checked paths have
+accepted.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from .cache import KVCache
+
+__all__ = ["LeanStep"]
+
+
+class LeanStep:
+    """Cached steps of ``model`` (a ``CharGPT``) for one row of new tokens.
+
+    ``step(tok, cache, out)``: ``tok`` int64 ``[T]`` (the new tokens, at positions
+    ``cache.length ..``), ``cache`` a batch-1 ``KVCache`` of the model; extends the cache by
+    ``T`` and writes the logits ``[T, V]`` into ``out`` (skipped when ``out`` is None).
+    ``feed(tok, cache)`` extends the cache by ``tok`` without the logits (for a one-layer
+    model: the keys and values only, for any ``T``). Built from the model's current
+    weights (``CharGPT.lean_step`` rebuilds it after they change).
+    """
+
+    def __init__(self, model):
+        cfg = model.config
+        layers, wte, _, lnf_w, lnf_b, arange, causal = model.fast_params()
+        self.C, self.nh, self.hs = cfg.n_embd, cfg.n_head, cfg.n_embd // cfg.n_head
+        self.V = cfg.vocab_size
+        self.flat = model.input_table()  # [S * V, 4C], row pos * V + token
+        self.table = self.flat.view(cfg.block_size, cfg.vocab_size, 4 * cfg.n_embd)
+        self.pos_v = arange * cfg.vocab_size  # row offsets of each position
+        self.causal = causal
+        self.layers = [
+            (l1w, l1b, aw.t().contiguous(), ab, pw.t().contiguous(), pb, l2w, l2b)
+            + (fw.t().contiguous(), fb, f2w.t().contiguous(), f2b)
+            for (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in layers
+        ]
+        self.lnf_w, self.lnf_b = lnf_w, lnf_b
+        self.w_t = wte.t().contiguous()  # lm_head as [C, V]
+        self.one_layer = cfg.n_layer == 1
+        self._cache = self._kv = None
+
+    def _views(self, cache: KVCache) -> list:
+        # Per layer, the cache's keys and values as [1, nh, S, hs] views: made once per cache.
+        if cache is not self._cache:
+            self._kv = [(cache.k[i], cache.v[i]) for i in range(len(self.layers))]
+            self._cache = cache
+        return self._kv
+
+    def _first(self, tok: torch.Tensor, start: int):
+        # Table rows of (position, token): layer 0's input x [T, C] and q, k, v, each
+        # [1, nh, T, hs] (stacked as [3, 1, nh, T, hs]).
+        C, nh, hs = self.C, self.nh, self.hs
+        T = tok.shape[0]
+        if T == 1:
+            row = self.table[start].index_select(0, tok)  # [1, 4C]
+            return row[:, :C], row[:, C:].view(3, 1, nh, 1, hs)
+        rows = self.flat.index_select(0, self.pos_v[start : start + T] + tok)  # [T, 4C]
+        return rows[:, :C], _heads(rows[:, C:], T, nh, hs)
+
+    def feed(self, tok: torch.Tensor, cache: KVCache) -> None:
+        """Extend ``cache`` by ``tok`` (int64 ``[T]``) without computing logits."""
+        if not self.one_layer:
+            self.step(tok, cache, None)
+            return
+        start = cache.length
+        end = start + tok.shape[0]
+        _, qkv = self._first(tok, start)
+        k, v = self._views(cache)[0]
+        k[:, :, start:end] = qkv[1]
+        v[:, :, start:end] = qkv[2]
+        cache.length = end
+
+    def step(self, tok: torch.Tensor, cache: KVCache, out: torch.Tensor | None) -> None:
+        """Extend ``cache`` by ``tok`` (int64 ``[T]``); write the logits ``[T, V]`` to ``out``."""
+        C, nh, hs = self.C, self.nh, self.hs
+        T = tok.shape[0]
+        start = cache.length
+        end = start + T
+        mask = None if T == 1 else self.causal[start:end, :end]
+        x, qkv = self._first(tok, start)
+        for (ck, cv), (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in zip(
+            self._views(cache), self.layers
+        ):
+            if qkv is None:
+                qkv = _heads(torch.addmm(ab, F.layer_norm(x, (C,), l1w, l1b), aw), T, nh, hs)
+            ck[:, :, start:end] = qkv[1]
+            cv[:, :, start:end] = qkv[2]
+            y = F.scaled_dot_product_attention(
+                qkv[0], ck[:, :, :end], cv[:, :, :end], attn_mask=mask
+            )  # [1, nh, T, hs]
+            y = y.view(1, C) if T == 1 else y[0].transpose(0, 1).reshape(T, C)
+            qkv = None
+            x = x + torch.addmm(pb, y, pw)
+            h = F.gelu(torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw))
+            x = x + torch.addmm(f2b, h, f2w)
+        cache.length = end
+        if out is not None:
+            torch.mm(F.layer_norm(x, (C,), self.lnf_w, self.lnf_b), self.w_t, out=out)
+
+
+def _heads(qkv: torch.Tensor, T: int, nh: int, hs: int) -> torch.Tensor:
+    # [T, 3C] -> [3, 1, nh, T, hs]: q, k, v by head (a view for T = 1, else a permute).
+    if T == 1:
+        return qkv.view(3, 1, nh, 1, hs)
+    return qkv.view(T, 3, nh, hs).permute(1, 2, 0, 3).unsqueeze(1)

@@ -1,0 +1,119 @@
+"""The lean batch-1 step, the noise blocks and the native-kernel switch of the decoding loops."""
+
+import numpy as np
+import pytest
+import torch
+
+from specdec_course.devices import native_cpu_kernels, with_native_cpu_kernels
+from specdec_course.model import CharGPT, GPTConfig, LeanStep
+from specdec_course.sampling import NoiseBlocks
+
+ATOL = 2e-5  # float32; the step sums in another order than decode_hidden
+
+CONFIGS = {
+    "two layers": GPTConfig(vocab_size=11, block_size=32, n_layer=2, n_head=2, n_embd=16),
+    "one layer": GPTConfig(vocab_size=13, block_size=40, n_layer=1, n_head=4, n_embd=24),
+}
+
+
+@pytest.fixture(params=list(CONFIGS))
+def model(request):
+    torch.manual_seed(0)
+    m = CharGPT(CONFIGS[request.param]).eval()
+    for p in m.parameters():  # biases away from 0, so that a dropped bias shows
+        torch.nn.init.normal_(p, std=0.3)
+    return m
+
+
+def _ids(model, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(model.config.vocab_size, (n,), generator=g)
+
+
+@torch.inference_mode()
+def test_step_matches_decode_hidden_for_every_size_and_after_rollback(model):
+    x = _ids(model, 30)
+    lean, ref = model.new_cache(1), model.new_cache(1)
+    model(x[None, :8], lean)
+    model(x[None, :8], ref)
+    step = model.lean_step()
+    out = torch.empty(9, model.config.vocab_size)
+    for T, crop in ((1, None), (4, None), (9, None), (2, 15), (1, None), (5, 12)):
+        if crop is not None:  # rollback: positions past the length are stale and overwritten
+            lean.crop(crop)
+            ref.crop(crop)
+        at = lean.length
+        step.step(x[at : at + T], lean, out[:T])
+        want = torch.nn.functional.linear(
+            model.decode_hidden(x[None, at : at + T], ref)[0], model.lm_head.weight
+        )
+        assert lean.length == ref.length == at + T
+        torch.testing.assert_close(out[:T], want, atol=ATOL, rtol=0)
+        L = lean.length
+        torch.testing.assert_close(lean.k[..., :L, :], ref.k[..., :L, :], atol=ATOL, rtol=0)
+        torch.testing.assert_close(lean.v[..., :L, :], ref.v[..., :L, :], atol=ATOL, rtol=0)
+
+
+@torch.inference_mode()
+def test_feed_extends_the_cache_as_a_step_does(model):
+    # A one-layer model's feed writes keys and values from the table alone; deeper models
+    # run the step without logits. Either way the cache is the one a forward builds.
+    x = _ids(model, 25, seed=3)
+    fed, ref = model.new_cache(1), model.new_cache(1)
+    step = model.lean_step()
+    step.feed(x[:20], fed)  # a prefill
+    step.feed(x[20:21], fed)  # a catch-up token
+    model(x[None, :21], ref)
+    assert fed.length == 21
+    torch.testing.assert_close(fed.k[..., :21, :], ref.k[..., :21, :], atol=ATOL, rtol=0)
+    torch.testing.assert_close(fed.v[..., :21, :], ref.v[..., :21, :], atol=ATOL, rtol=0)
+
+
+def test_lean_step_is_rebuilt_when_the_weights_change(model):
+    first = model.lean_step()
+    assert model.lean_step() is first  # kept between calls
+    model.load_state_dict(model.state_dict())
+    assert model.lean_step() is not first
+    second = model.lean_step()
+    model.train(False)
+    assert model.lean_step() is not second
+    assert isinstance(model.lean_step(), LeanStep)
+
+
+def test_noise_blocks_hand_out_each_row_once_in_blocks():
+    g = torch.Generator().manual_seed(0)
+    blocks = NoiseBlocks(7, 50, block=16, generator=g)
+    rows = [blocks.take(3) for _ in range(10)] + [blocks.take(16)]
+    assert blocks.drawn <= 50
+    flat = torch.cat(rows)
+    assert flat.shape == (46, 7) and bool((flat > 0).all())
+    assert len({tuple(r.tolist()) for r in flat}) == 46  # no row handed out twice
+    with pytest.raises(ValueError, match="noise rows"):
+        blocks.take(10)  # past the limit of 50 rows
+
+
+def test_noise_blocks_gumbel_and_host_views():
+    e = NoiseBlocks(5, 8, block=8, generator=torch.Generator().manual_seed(1)).take(8)
+    blocks = NoiseBlocks(5, 8, block=8, generator=torch.Generator().manual_seed(1), gumbel=True)
+    torch.testing.assert_close(blocks.take(8), -e.log())
+    host = NoiseBlocks(5, 8, block=8, generator=torch.Generator().manual_seed(1), host=True)
+    rows = host.take(8)
+    assert isinstance(rows, np.ndarray) and np.array_equal(rows, e.numpy())
+
+
+def test_native_cpu_kernels_restores_the_flag():
+    before = torch.backends.mkldnn.enabled
+    with native_cpu_kernels():
+        assert torch.backends.mkldnn.enabled is False
+        with native_cpu_kernels():
+            pass
+        assert torch.backends.mkldnn.enabled is False
+    assert torch.backends.mkldnn.enabled == before
+
+    @with_native_cpu_kernels
+    def fails():
+        raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        fails()
+    assert torch.backends.mkldnn.enabled == before
