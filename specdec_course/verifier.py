@@ -351,7 +351,8 @@ def rejection_sample_row(
 ) -> tuple[list[int], int]:
     """One row of :func:`rejection_sample`, for a batch-1 decoding loop: same rule, same tokens.
 
-    ``draft_ids`` int64 ``[k]`` (``k >= 0``, no ``-1``), ``draft_probs`` ``[k, V]`` or
+    ``draft_ids`` int64 ``[k]`` (``k >= 0``, no ``-1``; with CPU tensors also a NumPy
+    array), ``draft_probs`` ``[k, V]`` or
     ``None`` (one-hot drafts), ``target_probs`` ``[k + 1, V]`` (contiguous), ``uniforms`` a
     sequence of at least ``k`` Python floats in (0, 1] (float64 values), ``exp_noise``
     float32 ``[V]`` (a tensor; a NumPy array with CPU tensors). Returns ``(new_ids,

@@ -117,3 +117,27 @@ def test_native_cpu_kernels_restores_the_flag():
     with pytest.raises(RuntimeError, match="inside"):
         fails()
     assert torch.backends.mkldnn.enabled == before
+
+
+@torch.inference_mode()
+def test_hidden_with_positions_and_bias_matches_decode_hidden(model):
+    # A Medusa tree pass: nodes at position L + depth, each seeing the prefix and its ancestors.
+    x = _ids(model, 16, seed=5)
+    lean, ref = model.new_cache(1), model.new_cache(1)
+    model(x[None, :10], lean)
+    model(x[None, :10], ref)
+    depth = torch.tensor([0, 1, 1, 2, 2])
+    parents = [-1, 0, 0, 1, 2]
+    allowed = torch.zeros(5, 5, dtype=torch.bool)
+    for i in range(5):
+        j = i
+        while j >= 0:
+            allowed[i, j] = True
+            j = parents[j]
+    bias = torch.zeros(5, 15).masked_fill(
+        ~torch.cat([torch.ones(5, 10, dtype=torch.bool), allowed], 1), float("-inf")
+    )
+    got = model.lean_step().hidden(x[10:15], lean, depth + 10, bias)
+    want = model.decode_hidden(x[None, 10:15], ref, depth + 10, bias)[0]
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    assert lean.length == ref.length == 15

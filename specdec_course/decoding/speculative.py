@@ -159,6 +159,8 @@ def speculative_generate(
     accepted = stats.accepted_per_iteration
     feed[0, 0] = out[n - 1]
     out_h, feed_h = (out.numpy(), feed.numpy()) if host else (None, None)
+    drafts_h = feed_h[0, 1:] if host and verify == "token" else None
+    processed = smp.changes_logits  # temperature 1, no filters: the logits are p's own
     while n < end:
         t0 = clock() if clock else 0.0
         kk = min(k, end - n - 1)  # never draft tokens that could not be kept
@@ -188,8 +190,10 @@ def speculative_generate(
             new = best[:a] if not kk else dl[:a]
             new.append(best[a])
         else:
-            p = smp.logits(logits).softmax(-1)  # no op before softmax at temperature 1
-            new, a = verify_row(drafts[:kk], q, p, U[it], R.take(1)[0])
+            p = (smp.logits(logits) if processed else logits).softmax(-1)
+            # The drafts as the verifier reads them: a NumPy view on a CPU (token rule).
+            xs = drafts_h[:kk] if drafts_h is not None else drafts[:kk]
+            new, a = verify_row(xs, q, p, U[it], R.take(1)[0])
         t3 = clock() if clock else 0.0
         if host:  # NumPy writes: a tensor's item assignment costs microseconds each
             if a:

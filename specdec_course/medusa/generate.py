@@ -287,7 +287,6 @@ def medusa_generate(
     tokens = torch.empty(tb.size, dtype=torch.long, device=dev)
     zeros = torch.zeros(tb.size, block, device=dev)  # the prefix part of every attention bias
     sampled = None if identity else process
-    lm_w = model.lm_head.weight
 
     while n < end:
         laps.start()
@@ -299,7 +298,7 @@ def medusa_generate(
             tokens[1:] = guess(h)
         laps.lap("heads")
         feed = tokens[:T]
-        logits, hid = _tree_pass(model, feed, cache, tb, zeros[:T, :L], lm_w)
+        logits, hid = _tree_pass(model, feed, cache, tb, zeros[:T, :L])
         laps.lap("target")
         tl = feed.tolist()
         if greedy:

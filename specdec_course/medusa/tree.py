@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
-from torch.nn import functional as F
 
 from .._validate import check_int
 from ..model import CharGPT, KVCache
@@ -229,7 +228,7 @@ def tree_forward(
     model._check_idx(tokens[None], cache)
     tree = tree.to(tokens.device)
     prefix = tokens.new_zeros(()).float().expand(T, L)
-    return _tree_pass(model, tokens, cache, tree, prefix, model.lm_head.weight)
+    return _tree_pass(model, tokens, cache, tree, prefix)
 
 
 def _tree_pass(
@@ -238,19 +237,19 @@ def _tree_pass(
     cache: KVCache,
     tree: TreeBuffers,
     prefix: torch.Tensor,
-    lm_w: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # tree_forward without its checks (callers check): the model's unchecked cached forward,
     # every node seeing the cached prefix (``prefix``: zeros [T, L]) and its own ancestors, at
-    # position L + depth. Returns (logits [T, V], hidden [T, n_embd]); ``lm_w`` is
-    # ``model.lm_head.weight``, which a loop looks up once (module attributes are slow).
+    # position L + depth. Returns (logits [T, V], hidden [T, n_embd]). The pass is the
+    # model's lean step (model.lean), as plain decoding's: no slower step to beat.
     T, L = feed.numel(), cache.length
+    lean = model.lean_step()
     if T == 1:
-        hidden = model.decode_hidden(feed[None], cache)[0]
+        hidden = lean.hidden(feed, cache)
     else:
         bias = torch.cat([prefix, tree.bias[:T, :T]], dim=1)
-        hidden = model.decode_hidden(feed[None], cache, tree.depth[:T] + L, bias)[0]
-    return F.linear(hidden, lm_w), hidden
+        hidden = lean.hidden(feed, cache, tree.depth[:T] + L, bias)
+    return torch.mm(hidden, lean.w_t), hidden
 
 
 def compact_cache(

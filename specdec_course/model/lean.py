@@ -96,12 +96,26 @@ class LeanStep:
 
     def step(self, tok: torch.Tensor, cache: KVCache, out: torch.Tensor | None) -> None:
         """Extend ``cache`` by ``tok`` (int64 ``[T]``); write the logits ``[T, V]`` to ``out``."""
+        h = self.hidden(tok, cache, None, None, need=out is not None)
+        if out is not None:
+            torch.mm(h, self.w_t, out=out)
+
+    def hidden(self, tok, cache: KVCache, pos=None, bias=None, *, need: bool = True):
+        """The last hidden states ``[T, n_embd]`` (after the final LayerNorm) of ``tok``,
+        extending ``cache``; ``pos`` (int64 ``[T]``) and ``bias`` (additive float ``[T,
+        cache.length + T]``) replace the next positions and the causal mask, as
+        ``decode_hidden``'s (a Medusa tree pass). ``need=False`` skips the final norm."""
         C, nh, hs = self.C, self.nh, self.hs
         T = tok.shape[0]
         start = cache.length
         end = start + T
-        mask = None if T == 1 else self.causal[start:end, :end]
-        x, qkv = self._first(tok, start)
+        if bias is None:
+            bias = None if T == 1 else self.causal[start:end, :end]
+        if pos is None:
+            x, qkv = self._first(tok, start)
+        else:
+            rows = self.flat.index_select(0, pos * self.V + tok)
+            x, qkv = rows[:, :C], _heads(rows[:, C:], T, nh, hs)
         for (ck, cv), (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in zip(
             self._views(cache), self.layers
         ):
@@ -110,7 +124,7 @@ class LeanStep:
             ck[:, :, start:end] = qkv[1]
             cv[:, :, start:end] = qkv[2]
             y = F.scaled_dot_product_attention(
-                qkv[0], ck[:, :, :end], cv[:, :, :end], attn_mask=mask
+                qkv[0], ck[:, :, :end], cv[:, :, :end], attn_mask=bias
             )  # [1, nh, T, hs]
             y = y.view(1, C) if T == 1 else y[0].transpose(0, 1).reshape(T, C)
             qkv = None
@@ -118,8 +132,7 @@ class LeanStep:
             h = F.gelu(torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw))
             x = x + torch.addmm(f2b, h, f2w)
         cache.length = end
-        if out is not None:
-            torch.mm(F.layer_norm(x, (C,), self.lnf_w, self.lnf_b), self.w_t, out=out)
+        return F.layer_norm(x, (C,), self.lnf_w, self.lnf_b) if need else None
 
 
 def _heads(qkv: torch.Tensor, T: int, nh: int, hs: int) -> torch.Tensor:
