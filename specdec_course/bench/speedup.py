@@ -106,7 +106,8 @@ FORWARD_SIZES = (1, 2, 4, 8, 16)  # the sizes `bench speedup` prints
 
 
 def _forward_timer(model, n_new: int, context: int):
-    """A function that runs one cached forward over ``n_new`` tokens and returns seconds."""
+    """A function that runs one cached step over ``n_new`` tokens (the loops' lean step,
+    logits included) and returns seconds."""
     dev = model.lm_head.weight.device
     clock = devices.clock(dev)
     ids = torch.randint(
@@ -115,14 +116,16 @@ def _forward_timer(model, n_new: int, context: int):
     cache = model.new_cache(1)
     with torch.inference_mode():
         model(ids[:, :context], cache)
-    new = ids[:, context:]
+    new = ids[0, context:]
+    lean = model.lean_step()  # the step the decoding loops take (model.lean)
+    out = torch.empty(n_new, model.config.vocab_size, device=dev)
 
     @devices.with_native_cpu_kernels  # as the decoding loops run it
     @torch.inference_mode()
     def once() -> float:
         cache.crop(context)
         t0 = clock()
-        model.decode_hidden(new, cache)
+        lean.step(new, cache, out)
         return clock() - t0
 
     return once

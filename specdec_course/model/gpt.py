@@ -352,8 +352,16 @@ class CharGPT(nn.Module):
         """This model's ``model.lean.LeanStep`` (one-token cached steps for a draft's inner
         loop), built on first use and dropped with the input table when the weights change."""
         if self._lean is None:
-            self._lean = LeanStep(self)
+            with torch.no_grad():  # plain tensors derived from the weights, no autograd graph
+                self._lean = LeanStep(self)
         return self._lean
+
+    def __getstate__(self):
+        # Copies and pickles leave the derived caches behind: they are rebuilt on first use.
+        state = super().__getstate__()
+        state = dict(state)
+        state["_fast_params"] = state["_input_table"] = state["_lean"] = state["_graphs"] = None
+        return state
 
     def forward(
         self,
