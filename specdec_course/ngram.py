@@ -261,10 +261,22 @@ class NgramDraft:
             u = torch.rand(shape, dtype=torch.float64, generator=generator, device=where)
             self.uniforms = u.tolist()
         self.calls = 0
+        # On a CPU the proposal reads and writes through NumPy views (a tensor's slicing and
+        # item assignment cost microseconds each); the loop passes the same buffers each time.
+        self._host = self.q32.device.type == "cpu"
+        self._q_np = self.q32.numpy() if self._host else None
+        self._views = (None, None, None, None)
+
+    def _np_views(self, ids, out):
+        if self._views[0] is not ids or self._views[1] is not out:
+            self._views = (ids, out, ids.numpy(), out.numpy())
+        return self._views[2], self._views[3]
 
     def propose(self, ids, n, k, out):
         V, L = self.vocab_size, self.order - 1
-        code, length = self._context(ids[max(0, n - L) : n].tolist())
+        host = self._host and ids.device.type == "cpu" and out.device.type == "cpu"
+        ids_np, out_np = self._np_views(ids, out) if host else (ids, None)
+        code, length = self._context(ids_np[max(0, n - L) : n].tolist())
         mod = V**L
         argmax, cum, row_of = self.argmax, self.cum, self._row
         u = None if self.uniforms is None else self.uniforms[self.calls]
@@ -278,7 +290,10 @@ class NgramDraft:
             if L:
                 code = (code * V + t) % mod
                 length = min(length + 1, L)
-        out[:k] = torch.tensor(toks)
+        if host:
+            out_np[:k] = toks
+            return k, (None if u is None else torch.from_numpy(self._q_np[rows]))
+        out[:k] = torch.tensor(toks, device=out.device)
         return k, (None if u is None else self.q32[rows])
 
     def commit(self, ids, n) -> None:
