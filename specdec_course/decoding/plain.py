@@ -5,7 +5,6 @@ against, and the checks every decoding loop shares.
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 from .._validate import check_int
 from ..devices import with_native_cpu_kernels
@@ -13,7 +12,7 @@ from ..model import CharGPT, KVCache, check_model
 from ..sampling import SamplingOptions, exp_noise
 from .graphs import steps_for
 
-__all__ = ["check_prompt", "generate", "caches_consistent", "next_logits", "all_logits", "gumbel"]
+__all__ = ["check_prompt", "generate", "caches_consistent", "gumbel"]
 
 
 # ------------------------------------------------------------------------------ input checks
@@ -60,16 +59,6 @@ def check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model") 
             "trained on; shorten the prompt or generate fewer tokens"
         )
     return ids.to(torch.long)
-
-
-def next_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    """Logits ``[V]`` after the last of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
-    return F.linear(model.decode_hidden(ids, cache)[0, -1], model.lm_head.weight)
-
-
-def all_logits(model: CharGPT, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    """Logits ``[T, V]`` for every one of ``ids`` ``[1, T]``, extending ``cache`` (unchecked)."""
-    return F.linear(model.decode_hidden(ids, cache)[0], model.lm_head.weight)
 
 
 def gumbel(exp_draws: torch.Tensor) -> torch.Tensor:

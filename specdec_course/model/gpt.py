@@ -118,10 +118,9 @@ class CharGPT(nn.Module):
             torch.zeros(config.block_size, config.block_size).masked_fill(~causal, float("-inf")),
             persistent=False,
         )
-        self._fast_params = None
-        self._input_table = None
-        self._lean = None  # the one-token draft step (model.lean), built on first use
-        self._graphs = None  # CUDA graphs of the cached steps (decoding.graphs), per role
+        # Derived from the weights on first use (_DERIVED): the cached steps' parameters, the
+        # input table, the lean step (model.lean), CUDA graphs per role (decoding.graphs).
+        self._drop_derived()
 
     @staticmethod
     def _init_weights(module):
@@ -215,18 +214,26 @@ class CharGPT(nn.Module):
             x = block(x)
         return self.transformer.ln_f(x)
 
+    # What the cached paths derive from the weights, built on first use: dropped whenever the
+    # weights may change, and left out of copies and pickles.
+    _DERIVED = ("_fast_params", "_input_table", "_lean", "_graphs")
+
+    def _drop_derived(self) -> None:
+        for name in self._DERIVED:
+            self.__dict__[name] = None
+
     def train(self, mode: bool = True):
         # Rebuilt on the next cached call: training changes the weights in place.
-        self._fast_params = self._input_table = self._lean = self._graphs = None
+        self._drop_derived()
         return super().train(mode)
 
     # Anything that may replace the parameter tensors drops the cached references to them.
     def load_state_dict(self, *args, **kwargs):
-        self._fast_params = self._input_table = self._lean = self._graphs = None
+        self._drop_derived()
         return super().load_state_dict(*args, **kwargs)
 
     def _apply(self, *args, **kwargs):
-        self._fast_params = self._input_table = self._lean = self._graphs = None
+        self._drop_derived()
         return super()._apply(*args, **kwargs)
 
     def fast_params(self) -> tuple:
@@ -349,8 +356,8 @@ class CharGPT(nn.Module):
         return self._input_table
 
     def lean_step(self) -> LeanStep:
-        """This model's ``model.lean.LeanStep`` (one-token cached steps for a draft's inner
-        loop), built on first use and dropped with the input table when the weights change."""
+        """This model's ``model.lean.LeanStep`` (the batch-1 cached step every decoding loop
+        takes), built on first use and dropped with the input table when the weights change."""
         if self._lean is None:
             with torch.no_grad():  # plain tensors derived from the weights, no autograd graph
                 self._lean = LeanStep(self)
@@ -358,10 +365,7 @@ class CharGPT(nn.Module):
 
     def __getstate__(self):
         # Copies and pickles leave the derived caches behind: they are rebuilt on first use.
-        state = super().__getstate__()
-        state = dict(state)
-        state["_fast_params"] = state["_input_table"] = state["_lean"] = state["_graphs"] = None
-        return state
+        return {**super().__getstate__(), **dict.fromkeys(self._DERIVED)}
 
     def forward(
         self,

@@ -70,15 +70,16 @@ class LeanStep:
             self._cache = cache
         return self._kv
 
-    def _first(self, tok: torch.Tensor, start: int):
+    def _first(self, tok: torch.Tensor, start: int, pos: torch.Tensor | None = None):
         # Table rows of (position, token): layer 0's input x [T, C] and q, k, v, each
-        # [1, nh, T, hs] (stacked as [3, 1, nh, T, hs]).
+        # [1, nh, T, hs] (stacked as [3, 1, nh, T, hs]). Positions start .. unless ``pos``.
         C, nh, hs = self.C, self.nh, self.hs
         T = tok.shape[0]
-        if T == 1:
+        if T == 1 and pos is None:
             row = self.table[start].index_select(0, tok)  # [1, 4C]
             return row[:, :C], row[:, C:].view(3, 1, nh, 1, hs)
-        rows = self.flat.index_select(0, self.pos_v[start : start + T] + tok)  # [T, 4C]
+        offset = self.pos_v[start : start + T] if pos is None else pos * self.V
+        rows = self.flat.index_select(0, offset + tok)  # [T, 4C]
         return rows[:, :C], _heads(rows[:, C:], T, nh, hs)
 
     def feed(self, tok: torch.Tensor, cache: KVCache) -> None:
@@ -111,11 +112,7 @@ class LeanStep:
         end = start + T
         if bias is None:
             bias = None if T == 1 else self.causal[start:end, :end]
-        if pos is None:
-            x, qkv = self._first(tok, start)
-        else:
-            rows = self.flat.index_select(0, pos * self.V + tok)
-            x, qkv = rows[:, :C], _heads(rows[:, C:], T, nh, hs)
+        x, qkv = self._first(tok, start, pos)
         for (ck, cv), (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in zip(
             self._views(cache), self.layers
         ):
