@@ -2,8 +2,9 @@
 
 One concept per module (see the README): ``theory`` (formulas), ``sampling`` (one position),
 ``stats`` (chi-square), ``verifier`` (batched rejection sampler), ``kernels`` (Triton),
-``data``, ``model``, ``train``, ``decoding``, ``medusa``, ``grading``, ``widgets``, ``bench``,
-``cli``. Submodules are imported on demand: ``from specdec_course import theory``.
+``data``, ``model``, ``train``, ``decoding``, ``ngram``, ``distilled``, ``medusa``,
+``grading``, ``widgets``, ``bench``, ``cli``. Submodules are imported on demand:
+``from specdec_course import theory``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ _SUBMODULES = {
     "model",
     "train",
     "decoding",
+    "ngram",
+    "distilled",
     "medusa",
     "grading",
     "widgets",

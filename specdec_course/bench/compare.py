@@ -16,7 +16,12 @@ from .._validate import check_int
 __all__ = ["time_round_robin", "fastest_method", "describe_fastest"]
 
 # The names `generate --method` uses for the bench's methods ("draft" is the draft model).
-CLI_METHOD = {"draft": "speculative", "ngram": "ngram", "medusa": "medusa"}
+CLI_METHOD = {
+    "draft": "speculative",
+    "ngram": "ngram",
+    "distilled": "distilled",
+    "medusa": "medusa",
+}
 
 
 def time_round_robin(runs: dict[str, Callable[[], object]], repeats: int = 5) -> dict[str, float]:

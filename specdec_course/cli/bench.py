@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
     )
     s = what.add_parser(
         "speedup",
-        help="plain decoding against the draft model, the n-gram draft and Medusa, this CPU",
+        help="plain decoding against the draft model, the n-gram drafts and Medusa, this CPU",
         description="Decode the same fixed validation prompts (200 new characters each) with "
         "plain decoding and with each method, round-robin, batch 1, one thread, at "
         "temperature 1 then 0; print every method's acceptance, tokens per target call, "
@@ -26,13 +26,14 @@ def add_parser(sub) -> None:
         "speedup_cpu.json and speedup_cpu.png (the stored ones are in data/results/).\n\n"
         "Methods:\n"
         "  draft   the shipped 1-layer draft model, k = 1 ... 8 drafts per iteration\n"
-        "  ngram   the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
-        "  medusa  Medusa heads on the target, chain, small and large trees (lesson 06)\n"
-        "  all     all three",
+        "  ngram      the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
+        "  distilled  the n-gram table distilled from the target (lesson 07), k = 1 ... 8\n"
+        "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06)\n"
+        "  all        all four",
     )
     s.add_argument(
         "--method",
-        choices=["draft", "ngram", "medusa", "all"],
+        choices=["draft", "ngram", "distilled", "medusa", "all"],
         default="all",
         help="which speculative methods to measure against plain decoding",
     )
@@ -180,7 +181,7 @@ def _verifier(args) -> int:
 
 
 def _speedup(args) -> int:
-    """Plain decoding against the draft model, the n-gram draft and Medusa on this CPU."""
+    """Plain decoding against the draft model, the n-gram drafts and Medusa on this CPU."""
     from .. import bench
     from ..data import CharTokenizer
     from ..model import load_pretrained
@@ -191,7 +192,7 @@ def _speedup(args) -> int:
     torch.set_num_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
-    wanted = {"all": ("draft", "ngram", "medusa")}.get(args.method, (args.method,))
+    wanted = {"all": ("draft", "ngram", "distilled", "medusa")}.get(args.method, (args.method,))
     drafts = {}
     if "draft" in wanted:
         drafts["draft"] = load_pretrained("draft")
@@ -199,6 +200,10 @@ def _speedup(args) -> int:
         from ..ngram import NgramDraft
 
         drafts["ngram"] = NgramDraft()
+    if "distilled" in wanted:
+        from ..distilled import load_distilled
+
+        drafts["distilled"] = load_distilled()
     heads = None
     if "medusa" in wanted:
         from ..medusa import load_heads

@@ -10,6 +10,7 @@ METHODS = {
     "autoregressive": "plain decoding: one target call per character (the baseline)",
     "speculative": "the 1-layer draft model proposes --k characters, the target verifies them",
     "ngram": "a counted character n-gram proposes --k characters (costs almost nothing)",
+    "distilled": "the n-gram table distilled from the target proposes --k characters",
     "medusa": "Medusa heads on the target propose a tree of candidates",
 }
 COMPARE_REPEATS = 5
@@ -45,8 +46,8 @@ def add_parser(sub) -> None:
         "--k",
         type=int,
         default=4,
-        help="drafts per iteration (speculative, ngram); never more are drafted than the "
-        "characters still to generate",
+        help="drafts per iteration (speculative, ngram, distilled); never more are drafted "
+        "than the characters still to generate",
     )
     p.add_argument("--max-new-tokens", type=int, default=200, help="characters to generate")
     p.add_argument(
@@ -84,6 +85,10 @@ def run(args) -> int:
         from ..ngram import NgramDraft
 
         draft = NgramDraft()
+    elif args.method == "distilled":
+        from ..distilled import load_distilled
+
+        draft = load_distilled()
     elif args.method == "speculative":
         draft = load_pretrained("draft")
         draft.lean_step()  # part of loading it: the first step would build it otherwise

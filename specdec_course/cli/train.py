@@ -1,4 +1,4 @@
-"""``specdec-course train --preset target|draft|medusa|eagle``: rebuild a shipped checkpoint."""
+"""``specdec-course train --preset target|draft|medusa|eagle|ngram``: rebuild a shipped file."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ import torch
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "train",
-        help="train a preset (target, draft, medusa, eagle)",
+        help="train a preset (target, draft, medusa, eagle, ngram)",
         description="Rebuild a shipped checkpoint on the CPU: the 4-layer target, the 1-layer "
         "draft (then distilled from the target with --init-from and --distill-from), or the "
-        "Medusa heads or the EAGLE-style draft on the frozen shipped target. data/README.md "
+        "Medusa heads or the EAGLE-style draft on the frozen shipped target, or the n-gram "
+        "table distilled from it (one forward pass over the training split). data/README.md "
         "gives the commands, their wall times and the figures they reach.",
     )
     p.add_argument(
         "--preset",
         required=True,
-        choices=["target", "draft", "medusa", "eagle"],
+        choices=["target", "draft", "medusa", "eagle", "ngram"],
         help="what to train",
     )
     p.add_argument(
@@ -58,8 +59,10 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
-    if args.preset in ("medusa", "eagle"):
+    if args.preset in ("medusa", "eagle", "ngram"):
         _no_model_options(args)
+    if args.preset == "ngram":
+        return _distil_ngram(args)
     if args.preset == "medusa":
         return _train_medusa(args)
     if args.preset == "eagle":
@@ -99,7 +102,7 @@ def _no_model_options(args) -> None:
     for flag, value in given:
         if value is not None:
             raise ValueError(
-                f"{flag} does not apply to --preset {args.preset}: it trains on the frozen "
+                f"{flag} does not apply to --preset {args.preset}: it is built on the frozen "
                 "shipped target (Medusa's heads start from its lm_head); drop the option"
             )
 
@@ -128,4 +131,22 @@ def _train_medusa(args) -> int:
     )
     for k, a in enumerate(acc["heads"], start=1):
         print(f"  head {k} (t+{k + 1}): top-1 {a[1]:.4f}, top-5 {a[5]:.4f} on validation")
+    return 0
+
+
+def _distil_ngram(args) -> int:
+    if args.steps is not None:
+        raise ValueError("--steps does not apply to --preset ngram: it is one forward pass")
+    from ..distilled import DISTILLED_FILE, DistilledNgramDraft
+    from ..model import load_pretrained
+    from ..paths import checkpoints_dir
+
+    target = load_pretrained("target")
+    draft = DistilledNgramDraft.from_target(target)
+    out = draft.save(args.out or checkpoints_dir() / DISTILLED_FILE)
+    m = draft.meta
+    print(
+        f"ngram: order {m['order']}, {m['contexts']:,} contexts distilled from "
+        f"{m['positions']:,} training positions in {m['distil_seconds']:.1f} s -> {out}"
+    )
     return 0
