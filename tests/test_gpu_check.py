@@ -57,7 +57,7 @@ def test_dry_gpu_check_runs_every_step_and_writes_its_records(tmp_path):
         (b, k, v) for b in (1, 3) for k in (1, 2) for v in (65, 300)
     }
     speed = bench.load_gpu_speedup_results(folder)
-    assert set(speed["results"][0]["methods"]) == {"draft", "ngram"}
+    assert set(speed["results"][0]["methods"]) == {"draft", "ngram", "distilled"}
     assert speed["results"][0]["medusa"]
     assert json.loads(written[-1].read_text())["files"] == [str(p) for p in written]
     report = bench.gpu_speedup_report(("draft", "ngram", "medusa"), folder)

@@ -98,6 +98,7 @@ def _verifier(dry: bool, out: Path, flashinfer_timeout: float, progress: bool):
 
 def _speedup(dry: bool, dev: torch.device, machine: str, out: Path, progress: bool):
     from ..data import CharTokenizer
+    from ..distilled import load_distilled
     from ..medusa import load_heads
     from ..model import load_pretrained
     from ..ngram import NgramDraft
@@ -105,7 +106,11 @@ def _speedup(dry: bool, dev: torch.device, machine: str, out: Path, progress: bo
 
     cfg = DRY_SPEEDUP if dry else GPU_SPEEDUP
     target = load_pretrained("target", device=dev)
-    drafts = {"draft": load_pretrained("draft", device=dev), "ngram": NgramDraft(device=dev)}
+    drafts = {
+        "draft": load_pretrained("draft", device=dev),
+        "ngram": NgramDraft(device=dev),
+        "distilled": load_distilled(device=dev),
+    }
     heads = load_heads(target=target)
     prompts = validation_prompts(CharTokenizer(target.vocab), n=cfg["prompts"])
     sizes = (1, 2) if dry else (1, 2, 4, 8, 16)
