@@ -176,6 +176,30 @@ def test_generate_compare_times_the_method_against_plain_decoding(capsys):
     assert "as fast as plain decoding" in out or "plain decoding is faster" in out
 
 
+def test_generate_with_the_distilled_ngram(capsys):
+    args = ["generate", "--method", "distilled", "--k", "7", "--max-new-tokens", "40"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out.split("-" * 60)[1]
+    assert "distilled: 40 new characters" in out and "acceptance" in out
+
+
+def test_train_preset_ngram_writes_a_file_that_loads(tmp_path, capsys, monkeypatch):
+    # The same command path on a slice of the training text (the real one reads all of it).
+    from specdec_course import data as D
+    from specdec_course.distilled import DistilledNgramDraft
+
+    ids = D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))[0][:20_000]
+    real = DistilledNgramDraft.from_target.__func__
+    monkeypatch.setattr(
+        DistilledNgramDraft, "from_target", classmethod(lambda cls, t: real(cls, t, ids=ids))
+    )
+    out = tmp_path / "d.npz"
+    assert cli.main(["train", "--preset", "ngram", "--out", str(out)]) == 0
+    assert "ngram: order 5" in capsys.readouterr().out
+    back = DistilledNgramDraft.load(out, ids=ids)
+    assert back.order == 5 and back.meta["trained_on"] == 20_000
+
+
 def test_generate_compare_with_plain_decoding_says_there_is_nothing_to_compare(capsys):
     args = ["generate", "--method", "autoregressive", "--max-new-tokens", "5", "--compare"]
     assert cli.main(args) == 0
@@ -220,6 +244,8 @@ def test_generate_accepts_the_smallest_temperature_and_greedy(capsys):
         (["train", "--preset", "medusa", "--steps", "0"], "--steps must be >= 1"),
         (["train", "--preset", "medusa", "--init-from", "x.pt"], "--init-from does not apply"),
         (["train", "--preset", "medusa", "--distill-from", "x.pt"], "--distill-from does not"),
+        (["train", "--preset", "ngram", "--steps", "5"], "--steps does not apply"),
+        (["train", "--preset", "ngram", "--lr", "0.1"], "--lr does not apply"),
         (["bench", "speedup", "--repeats", "0"], "--repeats must be >= 1"),
         (["grade", "x.ipynb", "--scheduler", "local:0"], "--scheduler must be"),
         (["grade", "x.ipynb", "--scheduler", "myhost"], "--scheduler must be"),
