@@ -126,15 +126,21 @@ class DistilledNgramDraft(NgramDraft):
         if codes.size and np.abs(sums - 1.0).max() > 1e-2:
             raise ValueError("every row of means must sum to 1 (a distribution over characters)")
         self._codes, self._means = codes, means / np.where(sums > 0, sums, 1.0)
+        del means, sums  # the caller's copy may go before the tables are built
         self.meta = dict(meta or {})
         super().__init__(order, discount, text=text, ids=ids, device=device)
 
     def _dist(self, contexts: np.ndarray, top: int) -> np.ndarray:
-        P = super()._dist(contexts, top)
-        if top == self.order - 1 and self._codes.size:
-            rows = np.minimum(np.searchsorted(self._codes, contexts), self._codes.size - 1)
-            seen = self._codes[rows] == contexts
-            P[seen] = self._means[rows[seen]]
+        # Full-length contexts with a mean take it; the counted rows are computed for the
+        # others only (a few percent of the seen ones), not for every row and then replaced.
+        if top != self.order - 1 or not self._codes.size:
+            return super()._dist(contexts, top)
+        rows = np.minimum(np.searchsorted(self._codes, contexts), self._codes.size - 1)
+        seen = self._codes[rows] == contexts
+        P = np.empty((contexts.size, self.vocab_size))
+        P[seen] = self._means[rows[seen]]
+        if not seen.all():
+            P[~seen] = super()._dist(contexts[~seen], top)
         return P
 
     @classmethod
@@ -192,7 +198,7 @@ class DistilledNgramDraft(NgramDraft):
             )
         try:
             with np.load(path, allow_pickle=False) as f:
-                codes, means = f["codes"], f["means"].astype(np.float64)
+                codes, means = f["codes"], f["means"]  # float16: widened once, in __init__
                 meta = json.loads(str(f["meta"]))
             order, discount = int(meta["order"]), float(meta["discount"])
             trained_on = int(meta["trained_on"])

@@ -174,9 +174,9 @@ class NgramDraft:
             )
             rows.append(self._dist(lv.ctx, lv.L))
             offset += lv.ctx.size
-        self._base = self._tables_for(
-            round_probs(torch.from_numpy(np.concatenate(rows))), self.device
-        )
+        table = round_probs(torch.from_numpy(np.concatenate(rows)))
+        del rows  # freed before the sampling tables are built: the build's peak memory
+        self._base = self._tables_for(table, self.device)
         self.q_table = self._base[0]  # float32, exact: multiples of 2^-24
 
     @staticmethod
@@ -185,9 +185,12 @@ class NgramDraft:
         # for inverse-CDF draws (exact: every entry is a multiple of 2^-24), the argmax.
         # Cumulative rows as arrays of doubles: bisect on one costs half a microsecond,
         # numpy's searchsorted on a row several (its call overhead, not the search).
-        cum = np.cumsum(table.numpy(), axis=1)
-        cum[:, -1] = 1.0
-        rows = [array("d", r) for r in cum]
+        # Summed 8,192 rows at a time, so that no second full-size table is ever held.
+        rows, t = [], table.numpy()
+        for i in range(0, t.shape[0], 8192):
+            cum = np.cumsum(t[i : i + 8192], axis=1)
+            cum[:, -1] = 1.0
+            rows.extend(array("d", r) for r in cum)
         return table.float().to(device), rows, table.argmax(-1).tolist()  # float32 is exact
 
     def _row(self, code: int, length: int) -> int:
