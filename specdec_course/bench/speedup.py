@@ -187,13 +187,19 @@ SPLIT = ("draft", "target", "verify", "rest")  # where an iteration's time goes
 _MEDUSA_SPLIT = {"heads": "draft", "target": "target", "walk": "verify", "cache": "rest"}
 
 
-def _draft_row(k: int, st, spec_s: list[float], base_s: float, per_token: float) -> dict:
+def _draft_row(
+    k: int, st, reps: list, spec_s: list[float], base_s: float, per_token: float
+) -> dict:
+    """One row of the table: ``st`` totals every repeat (acceptance, tokens per call, the
+    time split), ``reps`` holds each repeat's totals; the costs that price the cost-aware
+    prediction are medians over the repeats, as the measured speedup is."""
     from .. import theory
 
     its = max(1, st.iterations)
     alpha = min(st.acceptance_rate, 1.0)
-    d = st.seconds["draft"] / max(1, st.drafted)  # one drafted token, sampling included
-    t_call = st.seconds["target"] / max(1, st.target_calls)  # one (k + 1)-token target call
+    # One drafted token (sampling included) and one (k + 1)-token target call, per repeat.
+    d = statistics.median(r.seconds["draft"] / max(1, r.drafted) for r in reps)
+    t_call = statistics.median(r.seconds["target"] / max(1, r.target_calls) for r in reps)
     c = d / per_token
     tokens = theory.expected_tokens(alpha, k)
     measured = base_s / statistics.median(spec_s)
@@ -236,14 +242,16 @@ def measure_speedup(
     ``NgramDraft``, any proposer). Every repeat decodes every prompt with ``generate``, then
     with each draft at each ``k``, then with Medusa on each tree (round-robin, so that a
     slow moment of the machine hits all of them alike; every run starts from the same seed).
-    Times are summed over the prompts and the median over repeats is kept. For each draft
-    and ``k`` a row holds: acceptance alpha, mean accepted drafts, tokens per target call;
-    the cost ratio ``c`` (seconds per drafted token inside the loop over seconds per token of
+    Times are summed over the prompts and the median over repeats is kept, for the costs
+    that price the predictions as for the speedups. For each draft and ``k`` a row holds:
+    acceptance alpha, mean accepted drafts, tokens per target call (over all repeats); the
+    cost ratio ``c`` (seconds per drafted token inside the loop over seconds per token of
     plain decoding); Theorem 3.8's speedup from those alpha and c; the cost-aware prediction
     (Theorem 3.8's expected tokens, with the (k + 1)-token target call and the drafted tokens
     priced at what the loop measured them to cost); the measured speedup and measured /
-    cost-aware (what the loop's own work, verification and bookkeeping, leaves); and the
-    per-iteration time split (draft, target, verify, rest). The prompts may live anywhere;
+    cost-aware (what the loop's own work, verification, bookkeeping and the prompt's
+    prefill, leaves); and the per-iteration time split (draft, target, verify, rest; means
+    over all repeats). The prompts may live anywhere;
     the methods run on the target's device (see the module docstring for GPUs and
     ``cuda_graphs``), and the result records ``device`` and ``cuda_graphs``.
     """
@@ -258,6 +266,7 @@ def measure_speedup(
     base_t: list[float] = []
     spec_t = {(m, k): [] for m in names for k in ks}
     agg = {(m, k): SpecStats(k=k) for m in names for k in ks}
+    per_rep = {key: [] for key in agg}  # each repeat's totals over the prompts
     tree_names = list(trees) if medusa_heads is not None else []
     med_t = {t: [] for t in tree_names}
     med_agg: dict = {}
@@ -272,6 +281,7 @@ def measure_speedup(
         tb = 0.0
         ts = dict.fromkeys(spec_t, 0.0)
         tm = dict.fromkeys(tree_names, 0.0)
+        rep_agg = {key: SpecStats(k=key[1]) for key in spec_t}
         for i, prompt in enumerate(prompts):
             run_seed = seed + 1000 * rep + i  # every method decodes this prompt from it
 
@@ -300,6 +310,7 @@ def measure_speedup(
                 ts[key] += clock() - t0
                 if rep >= 0:
                     agg[key].add(st)
+                    rep_agg[key].add(st)
             for tree in tree_names:
                 t0 = clock()
                 _, st = medusa_generate(
@@ -320,10 +331,13 @@ def measure_speedup(
         base_t.append(tb)
         for key in spec_t:
             spec_t[key].append(ts[key])
+            per_rep[key].append(rep_agg[key])
         for tree in tree_names:
             med_t[tree].append(tm[tree])
     base = statistics.median(base_t)
-    per_token = sum(base_t) / (repeats * len(prompts) * max_new_tokens)
+    # Plain decoding's seconds per token from the same median as the measured speedups: a
+    # mean would let one slow repeat of the baseline inflate every prediction.
+    per_token = base / (len(prompts) * max_new_tokens)
     result = {
         "device": str(dev),
         "cuda_graphs": cuda_graphs,
@@ -334,7 +348,8 @@ def measure_speedup(
         "baseline_seconds": base,
         "plain_token_s": per_token,
         "methods": {
-            m: [_draft_row(k, agg[m, k], spec_t[m, k], base, per_token) for k in ks] for m in names
+            m: [_draft_row(k, agg[m, k], per_rep[m, k], spec_t[m, k], base, per_token) for k in ks]
+            for m in names
         },
     }
     if tree_names:
