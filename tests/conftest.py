@@ -1,6 +1,8 @@
 import pytest
 
 import specdec_course
+from specdec_course import data as D
+from specdec_course.model import load_pretrained
 
 
 @pytest.fixture(autouse=True)
@@ -8,3 +10,16 @@ def _repeatable():
     # Same seed and thread count as the notebooks: results do not depend on test order.
     specdec_course.notebook_setup(seed=0, threads=1)
     yield
+
+
+# Shared by the test modules that need them (one load per module, as each module had).
+@pytest.fixture(scope="module")
+def target():
+    """The shipped 4-layer target model, in eval mode."""
+    return load_pretrained("target")
+
+
+@pytest.fixture(scope="module")
+def split():
+    """The corpus's ``(train, val)`` ids."""
+    return D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))

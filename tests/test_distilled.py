@@ -13,21 +13,10 @@ import torch
 from specdec_course import data as D
 from specdec_course import decoding, stats
 from specdec_course.distilled import DistilledNgramDraft, load_distilled, target_means
-from specdec_course.model import load_pretrained
 from specdec_course.ngram import NgramDraft, measure_alpha
 from specdec_course.sampling import process_logits
 
 SMALL = 30_000  # training characters for the drafts built here (a second of forward passes)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_pretrained("target")
-
-
-@pytest.fixture(scope="module")
-def split():
-    return D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
 
 
 @pytest.fixture(scope="module")

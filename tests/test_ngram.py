@@ -22,16 +22,6 @@ def ngram():
     return NgramDraft()
 
 
-@pytest.fixture(scope="module")
-def target():
-    return load_pretrained("target")
-
-
-@pytest.fixture(scope="module")
-def split():
-    return D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
-
-
 def test_every_row_is_an_exact_binary_distribution(ngram):
     q = ngram.q_table.double()  # the float32 rows the verifier reads, exactly
     assert torch.equal(q.sum(-1), torch.ones(q.shape[0], dtype=torch.float64))

@@ -22,11 +22,6 @@ TINY = GPTConfig(vocab_size=65, block_size=32, n_layer=1, n_head=2, n_embd=16)
 QUICK = TrainConfig(steps=6, batch_size=4, warmup=2, eval_interval=3, eval_windows=4)
 
 
-@pytest.fixture(scope="module")
-def split():
-    return D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
-
-
 def test_lr_warms_up_linearly_then_decays_to_min_lr():
     tc = TrainConfig(steps=100, lr=1e-2, min_lr=1e-3, warmup=10)
     lrs = [lr_at(s, tc) for s in range(tc.steps)]
