@@ -33,6 +33,7 @@ __all__ = [
     "sha256",
     "CharTokenizer",
     "train_val_split",
+    "corpus_split",
     "get_batch",
     "eval_windows",
 ]
@@ -213,6 +214,13 @@ def train_val_split(ids: torch.Tensor, val_fraction: float = VAL_FRACTION):
         raise ValueError(f"val_fraction must be in (0, 1); got {val_fraction!r}")
     n = int(round(len(ids) * (1.0 - val_fraction)))
     return ids[:n], ids[n:]
+
+
+def corpus_split(tokenizer: CharTokenizer | None = None):
+    """The shipped corpus as ids, split into ``(train, val)`` (``train_val_split``), encoded
+    with ``tokenizer`` (default: ``CharTokenizer()``, the course's vocabulary)."""
+    tok = CharTokenizer() if tokenizer is None else tokenizer
+    return train_val_split(tok.encode(load_corpus()))
 
 
 def get_batch(

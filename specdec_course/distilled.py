@@ -156,8 +156,7 @@ class DistilledNgramDraft(NgramDraft):
         """Count ``ids`` (default: the corpus's training split) and distil ``target`` on them."""
         t0 = time.perf_counter()
         if ids is None:
-            tok = D.CharTokenizer()
-            ids, _ = D.train_val_split(tok.encode(D.load_corpus()))
+            ids, _ = D.corpus_split()
         codes, means, counts = target_means(target, ids, order)
         meta = {
             "order": order,
@@ -208,7 +207,7 @@ class DistilledNgramDraft(NgramDraft):
                 f"delete it and rebuild it with: {_REBUILD}"
             ) from None
         if ids is None:
-            ids, _ = D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
+            ids, _ = D.corpus_split()
         if torch.as_tensor(ids).numel() != trained_on:
             raise ValueError(
                 f"{path} was distilled on {trained_on:,} characters but ids has "

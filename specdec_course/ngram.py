@@ -121,7 +121,7 @@ class NgramDraft:
         self.vocab_size = V = self.tokenizer.vocab_size
         if ids is None:
             if text is None:  # the corpus's training split: validation is never counted
-                ids, _ = D.train_val_split(self.tokenizer.encode(D.load_corpus()))
+                ids, _ = D.corpus_split(self.tokenizer)
             else:
                 ids = self.tokenizer.encode(text)
         ids = torch.as_tensor(ids)
@@ -356,7 +356,7 @@ def order_sweep(
     measured on ``n_windows`` validation windows, the target's distributions computed once.
     Returns rows ``{"order", "discount", "alpha", "contexts", "build_s"}``.
     """
-    train_ids, val_ids = D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
+    train_ids, val_ids = D.corpus_split()
     x, P = _target_probs(target, val_ids, n_windows, temperature)
     rows = []
     for order in orders:

@@ -306,7 +306,7 @@ def train_preset(
     if steps is not None:
         check_int(steps, "steps")
     tok = D.CharTokenizer()
-    train_ids, val_ids = D.train_val_split(tok.encode(D.load_corpus()))
+    train_ids, val_ids = D.corpus_split(tok)
     config = preset(name, tok.vocab_size)
     tc = TRAIN_PRESETS[name]
     tc = replace(tc, seed=seed, steps=steps if steps is not None else tc.steps)

@@ -22,4 +22,4 @@ def target():
 @pytest.fixture(scope="module")
 def split():
     """The corpus's ``(train, val)`` ids."""
-    return D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))
+    return D.corpus_split()

@@ -174,9 +174,9 @@ def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dic
 
 def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Tensor]:
     """``n`` fixed ``length``-character prompts, evenly spaced through the validation split."""
-    from ..data import load_corpus, train_val_split
+    from ..data import corpus_split
 
-    _, val = train_val_split(tokenizer.encode(load_corpus()))
+    _, val = corpus_split(tokenizer)
     step = (val.numel() - length) // n
     return [val[i * step : i * step + length].clone() for i in range(n)]
 

@@ -218,7 +218,7 @@ def train_shipped_eagle(
     out = Path(out) if out else checkpoints_dir() / "eagle.pt"
     target = load_pretrained("target")
     tok = D.CharTokenizer(target.vocab)
-    train_ids, val_ids = D.train_val_split(tok.encode(D.load_corpus()))
+    train_ids, val_ids = D.corpus_split(tok)
     res = train_eagle(target, train_ids, steps=steps, seed=seed, progress=progress)
     vf, vx = collect_features(target, val_ids, 4)
     with torch.inference_mode():

@@ -425,7 +425,7 @@ def check_measure_alpha(fn) -> Iterator[Case]:
         return  # no shipped pair here: the random models above decide
     from specdec_course import data
 
-    val = data.train_val_split(data.CharTokenizer(target.vocab).encode(data.load_corpus()))[1]
+    val = data.corpus_split(data.CharTokenizer(target.vocab))[1]
     xv, _ = data.eval_windows(val, target.config.block_size, 1)
     exp = _alpha(target, draft, xv, 1.0)
     got = as_number(call("the shipped pair", fn, target, draft, xv, 1.0))

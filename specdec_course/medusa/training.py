@@ -246,7 +246,7 @@ def train_shipped_heads(
     out = Path(out) if out else checkpoints_dir() / "medusa.pt"
     target = load_pretrained("target")
     tok = D.CharTokenizer(target.vocab)
-    train_ids, val_ids = D.train_val_split(tok.encode(D.load_corpus()))
+    train_ids, val_ids = D.corpus_split(tok)
     res = train_heads(target, train_ids, steps=steps, seed=seed)
     acc = head_accuracy(target, res.heads, val_ids, n_windows=32)
     meta = {
