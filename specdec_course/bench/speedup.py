@@ -187,14 +187,16 @@ SPLIT = ("draft", "target", "verify", "rest")  # where an iteration's time goes
 _MEDUSA_SPLIT = {"heads": "draft", "target": "target", "walk": "verify", "cache": "rest"}
 
 
-def _draft_row(
-    k: int, st, reps: list, spec_s: list[float], base_s: float, per_token: float
-) -> dict:
-    """One row of the table: ``st`` totals every repeat (acceptance, tokens per call, the
-    time split), ``reps`` holds each repeat's totals; the costs that price the cost-aware
-    prediction are medians over the repeats, as the measured speedup is."""
+def _draft_row(k: int, reps: list, spec_s: list[float], base_s: float, per_token: float) -> dict:
+    """One row of the table from each repeat's totals ``reps``: acceptance, tokens per call
+    and the time split over all of them; the costs that price the cost-aware prediction are
+    medians over the repeats, as the measured speedup is."""
     from .. import theory
+    from ..decoding import SpecStats
 
+    st = SpecStats(k=k)
+    for r in reps:
+        st.add(r)
     its = max(1, st.iterations)
     alpha = min(st.acceptance_rate, 1.0)
     # One drafted token (sampling included) and one (k + 1)-token target call, per repeat.
@@ -265,8 +267,7 @@ def measure_speedup(
     graphs = {"cuda_graphs": cuda_graphs}
     base_t: list[float] = []
     spec_t = {(m, k): [] for m in names for k in ks}
-    agg = {(m, k): SpecStats(k=k) for m in names for k in ks}
-    per_rep = {key: [] for key in agg}  # each repeat's totals over the prompts
+    per_rep = {key: [] for key in spec_t}  # each repeat's totals over the prompts
     tree_names = list(trees) if medusa_heads is not None else []
     med_t = {t: [] for t in tree_names}
     med_agg: dict = {}
@@ -309,7 +310,6 @@ def measure_speedup(
                 )
                 ts[key] += clock() - t0
                 if rep >= 0:
-                    agg[key].add(st)
                     rep_agg[key].add(st)
             for tree in tree_names:
                 t0 = clock()
@@ -348,7 +348,7 @@ def measure_speedup(
         "baseline_seconds": base,
         "plain_token_s": per_token,
         "methods": {
-            m: [_draft_row(k, agg[m, k], per_rep[m, k], spec_t[m, k], base, per_token) for k in ks]
+            m: [_draft_row(k, per_rep[m, k], spec_t[m, k], base, per_token) for k in ks]
             for m in names
         },
     }
