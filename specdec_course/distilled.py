@@ -36,7 +36,7 @@ import torch
 
 from . import data as D
 from .devices import DeviceLike
-from .ngram import DEFAULT_DISCOUNT, DEFAULT_ORDER, NgramDraft
+from .ngram import DEFAULT_DISCOUNT, DEFAULT_ORDER, NgramDraft, find_sorted
 from .paths import checkpoints_dir
 
 __all__ = ["DistilledNgramDraft", "target_means", "load_distilled", "DISTILLED_FILE"]
@@ -135,8 +135,7 @@ class DistilledNgramDraft(NgramDraft):
         # others only (a few percent of the seen ones), not for every row and then replaced.
         if top != self.order - 1 or not self._codes.size:
             return super()._dist(contexts, top)
-        rows = np.minimum(np.searchsorted(self._codes, contexts), self._codes.size - 1)
-        seen = self._codes[rows] == contexts
+        rows, seen = find_sorted(self._codes, contexts)
         P = np.empty((contexts.size, self.vocab_size))
         P[seen] = self._means[rows[seen]]
         if not seen.all():
@@ -158,10 +157,7 @@ class DistilledNgramDraft(NgramDraft):
         if ids is None:
             ids, _ = D.corpus_split()
         codes, means, counts = target_means(target, ids, order)
-        meta = {
-            "order": order,
-            "discount": float(discount),
-            "trained_on": int(torch.as_tensor(ids).numel()),
+        meta = {  # what the distillation saw; save adds the settings
             "contexts": int(codes.size),
             "positions": int(counts.sum()),
             "distil_seconds": time.perf_counter() - t0,
@@ -173,6 +169,7 @@ class DistilledNgramDraft(NgramDraft):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = dict(self.meta, order=self.order, discount=self.discount)
+        meta["trained_on"] = self.trained_on
         np.savez_compressed(
             path,
             codes=self._codes,

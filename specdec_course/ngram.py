@@ -39,7 +39,14 @@ from .devices import device as pick_device
 from .sampling import SamplingOptions, process_logits
 from .stats import round_probs
 
-__all__ = ["DEFAULT_ORDER", "DEFAULT_DISCOUNT", "NgramDraft", "measure_alpha", "order_sweep"]
+__all__ = [
+    "DEFAULT_ORDER",
+    "DEFAULT_DISCOUNT",
+    "NgramDraft",
+    "find_sorted",
+    "measure_alpha",
+    "order_sweep",
+]
 
 # Chosen by order_sweep on the shipped target (temperature 1, 32 validation windows):
 # order 5 has the highest acceptance (0.78; 0.76 at order 4, 0.75 at 6): longer contexts are
@@ -47,6 +54,13 @@ __all__ = ["DEFAULT_ORDER", "DEFAULT_DISCOUNT", "NgramDraft", "measure_alpha", "
 DEFAULT_ORDER = 5
 DEFAULT_DISCOUNT = 0.9
 _PROCESSED_CACHE = 2  # sampling settings whose processed tables are kept (50 MB each)
+
+
+def find_sorted(keys: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row of each of ``codes`` in the sorted, non-empty ``keys``, and whether it is there
+    (where it is not, the row is a neighbour's: read it only where found)."""
+    rows = np.minimum(np.searchsorted(keys, codes), keys.size - 1)
+    return rows, keys[rows] == codes
 
 
 class _Level:
@@ -70,9 +84,7 @@ class _Level:
 
     def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Row of each context code, and whether it was seen."""
-        rows = np.searchsorted(self.ctx, codes)
-        rows = np.minimum(rows, self.ctx.size - 1)
-        return rows, self.ctx[rows] == codes
+        return find_sorted(self.ctx, codes)
 
     def dense_counts(self, rows: np.ndarray) -> np.ndarray:
         """``c(h, w)`` for the given rows as a dense ``[len(rows), V]`` array."""

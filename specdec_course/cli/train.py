@@ -146,7 +146,7 @@ def _distil_ngram(args) -> int:
     out = draft.save(args.out or checkpoints_dir() / DISTILLED_FILE)
     m = draft.meta
     print(
-        f"ngram: order {m['order']}, {m['contexts']:,} contexts distilled from "
+        f"ngram: order {draft.order}, {m['contexts']:,} contexts distilled from "
         f"{m['positions']:,} training positions in {m['distil_seconds']:.1f} s -> {out}"
     )
     return 0
