@@ -20,8 +20,8 @@ On the shipped pair at order 5 this raises acceptance at temperature 1 from abou
 microsecond per drafted token. The means use training text only; validation is never read.
 
 ``DistilledNgramDraft.from_target(target)`` builds it (one forward pass over the training
-split: about 15 s on a 2-core CPU); ``save`` / ``load`` keep it as a ``.npz`` file (float16
-means, about 7 MB); ``load_distilled()`` loads the shipped one (``data/checkpoints/
+split: about 20 s on a 2-core CPU); ``save`` / ``load`` keep it as a ``.npz`` file (float16
+means, 5.6 MB at order 5); ``load_distilled()`` loads the shipped one (``data/checkpoints/
 ngram_distilled.npz``, rebuilt by ``specdec-course train --preset ngram``).
 """
 
