@@ -11,12 +11,20 @@ drop most of the generality's ops:
 - one new token attends to everything cached (no mask); several use the causal bias;
 - every projection is one ``addmm`` (bias, input, weight transposed once, contiguous),
   not ``F.linear``'s transpose and product; the cache is written through per-layer views;
+- the MLP's GELU, ``h * (1 + erf(h / sqrt 2)) / 2``, is two ops, ``erf`` and ``addcmul``,
+  with both factors ``1 / sqrt 2`` folded into the MLP's weights (``u = h / sqrt 2`` comes
+  out of the first projection, ``u * (1 + erf(u))`` feeds the second, scaled by
+  ``1 / sqrt 2``): ATen's fused ``gelu`` costs several microseconds more per call here,
+  four times per target step;
 - the logits are written into the caller's buffer.
 
-Plain decoding (``decoding.generate``), the speculative loop's target call and the draft
-model's steps all use it, so the baseline gets every saving the draft gets. The arithmetic
-is ``decode_hidden``'s, in another order of the same operations, so the logits agree to
-rounding (tests bound the difference). For a one-layer model the keys and values of a
+Plain decoding (``decoding.generate``) and the speculative loop's target call use it, so
+the baseline gets every saving a target step can have; a one-layer draft takes
+``model.folded.FoldedStep``, which folds more into its table because nothing but one
+attention sits between the table and the logits (a saving no deeper model can make). The
+arithmetic is ``decode_hidden``'s, rearranged (the same operations in another order, the
+GELU's constants in the weights), so the logits agree to rounding (tests bound the
+difference). For a one-layer model the keys and values of a
 token depend only on the token and its position: ``feed`` then writes them from the table
 without running the layer (a draft catching up on committed text needs nothing else).
 Unchecked, like ``decode_hidden``: call it with tokens and caches the checked paths have
@@ -32,6 +40,8 @@ from .cache import KVCache
 
 __all__ = ["LeanStep"]
 
+_SQRT_HALF = 0.5**0.5
+
 
 class LeanStep:
     """Cached steps of ``model`` (a ``CharGPT``) for one row of new tokens.
@@ -40,7 +50,8 @@ class LeanStep:
     ``cache.length ..``), ``cache`` a batch-1 ``KVCache`` of the model; extends the cache by
     ``T`` and writes the logits ``[T, V]`` into ``out`` (skipped when ``out`` is None).
     ``feed(tok, cache)`` extends the cache by ``tok`` without the logits (for a one-layer
-    model: the keys and values only, for any ``T``). Built from the model's current
+    model: the keys and values only, for any ``T``); ``new_cache()`` an empty batch-1
+    ``KVCache``. Built from the model's current
     weights (``CharGPT.lean_step`` rebuilds it after they change).
     """
 
@@ -53,15 +64,21 @@ class LeanStep:
         self.table = self.flat.view(cfg.block_size, cfg.vocab_size, 4 * cfg.n_embd)
         self.pos_v = arange * cfg.vocab_size  # row offsets of each position
         self.causal = causal
+        r = _SQRT_HALF  # the GELU's 1 / sqrt 2, folded into both MLP projections
         self.layers = [
             (l1w, l1b, aw.t().contiguous(), ab, pw.t().contiguous(), pb, l2w, l2b)
-            + (fw.t().contiguous(), fb, f2w.t().contiguous(), f2b)
+            + ((fw * r).t().contiguous(), fb * r, (f2w * r).t().contiguous(), f2b)
             for (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in layers
         ]
         self.lnf_w, self.lnf_b = lnf_w, lnf_b
         self.w_t = wte.t().contiguous()  # lm_head as [C, V]
         self.one_layer = cfg.n_layer == 1
+        self.config, self.dtype, self.device = cfg, wte.dtype, wte.device
         self._cache = self._kv = None
+
+    def new_cache(self) -> KVCache:
+        """An empty batch-1 cache for this step's model."""
+        return KVCache(self.config, 1, dtype=self.dtype, device=self.device)
 
     def _views(self, cache: KVCache) -> list:
         # Per layer, the cache's keys and values as [1, nh, S, hs] views: made once per cache.
@@ -126,8 +143,8 @@ class LeanStep:
             y = y.view(1, C) if T == 1 else y[0].transpose(0, 1).reshape(T, C)
             qkv = None
             x = x + torch.addmm(pb, y, pw)
-            h = F.gelu(torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw))
-            x = x + torch.addmm(f2b, h, f2w)
+            u = torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw)  # GELU input / sqrt 2
+            x = x + torch.addmm(f2b, torch.addcmul(u, u, torch.erf(u)), f2w)
         cache.length = end
         return F.layer_norm(x, (C,), self.lnf_w, self.lnf_b) if need else None
 
