@@ -105,19 +105,20 @@ SPEEDUP_KS = tuple(range(1, 9))
 FORWARD_SIZES = (1, 2, 4, 8, 16)  # the sizes `bench speedup` prints
 
 
-def _forward_timer(model, n_new: int, context: int):
-    """A function that runs one cached step over ``n_new`` tokens (the loops' lean step,
-    logits included) and returns seconds."""
+def _forward_timer(model, n_new: int, context: int, draft: bool = False):
+    """A function that runs one cached step over ``n_new`` tokens (the step the loops take,
+    logits included) and returns seconds: the model's ``lean_step``, or with ``draft`` and
+    one token its ``draft_step`` (a one-layer draft's ``model.folded.FoldedStep``)."""
     dev = model.lm_head.weight.device
     clock = devices.clock(dev)
     ids = torch.randint(
-        model.config.vocab_size, (1, context + n_new), generator=torch.Generator().manual_seed(0)
+        model.config.vocab_size, (context + n_new,), generator=torch.Generator().manual_seed(0)
     ).to(dev)
-    cache = model.new_cache(1)
+    lean = model.draft_step() if draft and n_new == 1 else model.lean_step()
+    cache = lean.new_cache()
     with torch.inference_mode():
-        model(ids[:, :context], cache)
-    new = ids[0, context:]
-    lean = model.lean_step()  # the step the decoding loops take (model.lean)
+        lean.feed(ids[:context], cache)
+    new = ids[context:]
     out = torch.empty(n_new, model.config.vocab_size, device=dev)
 
     @devices.with_native_cpu_kernels  # as the decoding loops run it
@@ -153,7 +154,7 @@ def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dic
     import statistics
 
     sizes = list(sizes)
-    timers = [(_forward_timer(target, n, 64), _forward_timer(draft, n, 64)) for n in sizes]
+    timers = [(_forward_timer(target, n, 64), _forward_timer(draft, n, 64, True)) for n in sizes]
     runs = [([], []) for _ in sizes]
     for r in range(repeats + 10):
         for (tt, dt), (ts, ds) in zip(timers, runs):

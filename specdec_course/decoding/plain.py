@@ -8,7 +8,7 @@ import torch
 
 from .._validate import check_int
 from ..devices import with_native_cpu_kernels
-from ..model import CharGPT, KVCache, check_model
+from ..model import CharGPT, FoldedCache, KVCache, check_model
 from ..sampling import SamplingOptions, exp_noise
 from .graphs import steps_for
 
@@ -128,11 +128,22 @@ def generate(
 def caches_consistent(
     model: CharGPT, cache: KVCache, ids: torch.Tensor, atol: float = 1e-5
 ) -> bool:
-    """True when ``cache`` holds exactly the keys/values of a fresh run over ``ids[:length]``."""
+    """True when ``cache`` holds exactly the keys/values of a fresh run over ``ids[:length]``.
+
+    A ``FoldedCache`` (a one-layer draft's ``draft_step``) is compared in its own layout:
+    the fresh run's keys transposed, its values times the output projection, per head."""
     fresh = model.new_cache(1)
     with torch.inference_mode():
         model(ids[None, : cache.length].to(fresh.k.device), fresh)
     L = cache.length
+    if isinstance(cache, FoldedCache):
+        nh, C = model.config.n_head, model.config.n_embd
+        w = model.transformer.h[0].attn.c_proj.weight.detach().view(C, nh, C // nh)
+        k = fresh.k[0, 0, :, :L].transpose(0, 1).reshape(L, C)  # [L, C], head by head
+        vp = torch.einsum("hjd,chd->jhc", fresh.v[0, 0, :, :L], w).reshape(L, nh * C)
+        return torch.allclose(cache.k[:L], k, atol=atol) and torch.allclose(
+            cache.v[:L], vp, atol=atol
+        )
     return torch.allclose(cache.k[..., :L, :], fresh.k[..., :L, :], atol=atol) and torch.allclose(
         cache.v[..., :L, :], fresh.v[..., :L, :], atol=atol
     )

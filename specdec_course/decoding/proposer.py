@@ -94,13 +94,15 @@ class ModelProposer:
     target's extra position is nearly free). It depends on the draft's own distributions
     only, so sampling stays exact; it costs one transfer per draft step.
 
-    Steps are the draft's ``lean_step`` (``model.lean``: one token, the first layer's input
-    work as one look-up of ``input_table``, logits written in place). Sampling is Gumbel-max
-    over the processed logits, with one noise row per draft taken from ``draft_noise``'s
-    blocks (``k`` rows per proposal); ``q`` is the softmax of the same processed logits,
-    one op over all drafted rows. ``cuda_graphs=True`` replays each step as a CUDA graph
-    instead (``decoding.graphs``, without the look-up: the step is recorded whole);
-    ``device`` is the model's.
+    Steps are the draft's ``draft_step()``: for a one-layer draft ``model.folded.FoldedStep``
+    (one token; everything but the attention one look-up of a table, the output projection
+    folded into the cached values; logits written in place), else its ``lean_step``. The
+    draft cache is that step's (``ModelProposer.cache``; a ``FoldedCache`` for one layer).
+    Sampling is Gumbel-max over the processed logits, with one noise row per draft taken
+    from ``draft_noise``'s blocks (``k`` rows per proposal); ``q`` is the softmax of the same
+    processed logits, one op over all drafted rows. ``cuda_graphs=True`` replays each step
+    as a CUDA graph instead (``decoding.graphs``, without the look-up: the step is recorded
+    whole); ``device`` is the model's.
     """
 
     def __init__(self, model: CharGPT, *, cuda_graphs: bool = False, p_min: float | None = None):
@@ -126,9 +128,10 @@ class ModelProposer:
         self.processed = sampling.changes_logits
         # The catch-up feeds one or two tokens: graphed steps for T = 1 and 2.
         self.steps = steps_for(model, "draft", 2, True) if self.cuda_graphs else None
-        self.cache = model.new_cache(1) if self.steps is None else self.steps.cache
-        # One-token steps with the first layer as a look-up (a graph records the step whole).
-        self.lean = model.lean_step() if self.steps is None else None
+        # One-token steps, the model's cheapest (model.draft_step: a one-layer draft's
+        # model.folded.FoldedStep); a graph records the step whole instead.
+        self.lean = model.draft_step() if self.steps is None else None
+        self.cache = self.lean.new_cache() if self.steps is None else self.steps.cache
         if n > 1:  # everything but the pending last token, as the target
             if self.lean is None:
                 model(ids[None, : n - 1], self.cache)

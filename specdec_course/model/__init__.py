@@ -19,6 +19,7 @@ from __future__ import annotations
 from .cache import KVCache
 from .checkpoints import load_checkpoint, load_pretrained, rebuild_command, save_checkpoint
 from .config import DRAFT, PRESETS, TARGET, GPTConfig, preset
+from .folded import FoldedCache, FoldedStep
 from .gpt import CharGPT, check_model
 from .lean import LeanStep
 
@@ -27,6 +28,8 @@ __all__ = [
     "CharGPT",
     "KVCache",
     "LeanStep",
+    "FoldedStep",
+    "FoldedCache",
     "TARGET",
     "DRAFT",
     "PRESETS",

@@ -12,6 +12,7 @@ from .._validate import check_int
 from ..devices import check_same_device
 from .cache import KVCache
 from .config import GPTConfig
+from .folded import FoldedStep
 from .lean import LeanStep
 
 
@@ -216,7 +217,7 @@ class CharGPT(nn.Module):
 
     # What the cached paths derive from the weights, built on first use: dropped whenever the
     # weights may change, and left out of copies and pickles.
-    _DERIVED = ("_fast_params", "_input_table", "_lean", "_graphs")
+    _DERIVED = ("_fast_params", "_input_table", "_lean", "_folded", "_graphs")
 
     def _drop_derived(self) -> None:
         for name in self._DERIVED:
@@ -362,6 +363,17 @@ class CharGPT(nn.Module):
             with torch.no_grad():  # plain tensors derived from the weights, no autograd graph
                 self._lean = LeanStep(self)
         return self._lean
+
+    def draft_step(self):
+        """The cheapest batch-1 one-token step of this model as a draft: a one-layer model's
+        ``model.folded.FoldedStep`` (its cache from its ``new_cache()``), else
+        ``lean_step()``; built on first use, dropped when the weights change."""
+        if self.config.n_layer != 1:
+            return self.lean_step()
+        if self._folded is None:
+            with torch.no_grad():
+                self._folded = FoldedStep(self)
+        return self._folded
 
     def __getstate__(self):
         # Copies and pickles leave the derived caches behind: they are rebuilt on first use.

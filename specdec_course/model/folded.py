@@ -1,0 +1,133 @@
+"""``FoldedStep``: a one-layer model's batch-1 step, with all its position-wise work in one table.
+
+In a one-layer model only the attention mixes positions; everything else a token brings to
+a step depends on the token and its position alone, and so can be computed once for every
+(position, token) pair. ``LeanStep`` already looks up the layer's input and its query, key
+and value that way; a one-layer model allows three more folds, each exact algebra:
+
+- the attention's output projection is linear, so it can be applied to every value before
+  the attention averages them: ``(sum_j a_hj v_hj) @ W_h = sum_j a_hj (v_hj @ W_h)`` per
+  head ``h`` (``W_h`` the projection's rows for that head). The cache keeps these projected
+  values, ``n_embd`` numbers per head and position, and one ``bmm`` of the attention
+  weights with them gives every head's share of the output already projected;
+- the query is stored multiplied by ``1 / sqrt(head_dim)``, softmax's scale;
+- the residual input is stored with the projection's bias added.
+
+A step is then: one cache write (the row's key and projected values, side by side), ``bmm``,
+``softmax``, ``bmm``, one ``addmm`` that sums the heads onto the residual (a row of ones
+times ``[n_head, n_embd]``), and the MLP and head of ``LeanStep`` (its GELU in two ops).
+Both ``bmm`` read the cache through strided views, no copy. On a CPU at batch 1, where each
+op costs microseconds of dispatch, that is about a quarter less than ``LeanStep``'s
+one-token step (``scaled_dot_product_attention`` alone costs more than the two ``bmm``). A
+deeper model cannot fold this way: its later layers' values depend on the whole context,
+so the plain baseline is not owed this saving.
+
+The cache is a ``FoldedCache``: one row per position, its key (``n_embd`` numbers, head by
+head) followed by its projected values (``n_head * n_embd``), with ``KVCache``'s ``length``
+and ``crop`` (rollback is still a pointer move). The tables hold ``3 + n_head`` times
+``n_embd`` floats per (position, token): 37 MB for the shipped draft.
+The logits agree with ``decode_hidden``'s to rounding (tests bound the difference); the
+draft reports the ``q`` it computes, so a draft's exactness does not depend on that.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from .cache import KVCache
+
+__all__ = ["FoldedCache", "FoldedStep"]
+
+
+class FoldedCache(KVCache):
+    """A ``FoldedStep``'s batch-1 cache: ``kv`` ``[block_size, (1 + n_head) * n_embd]``, per
+    position the key (``k``, a view ``[block_size, n_embd]``, head by head) and the values
+    times the output projection (``v``, a view ``[block_size, n_head * n_embd]``, head by
+    head); ``length``, and ``KVCache``'s ``crop`` and ``reset``."""
+
+    def __init__(self, config, *, dtype: torch.dtype = torch.float32, device=None):
+        C = config.n_embd
+        self.config = config
+        W = (1 + config.n_head) * C
+        self.kv = torch.zeros(config.block_size, W, dtype=dtype, device=device)
+        self.k, self.v = self.kv[:, :C], self.kv[:, C:]
+        self.length = 0
+
+    @property
+    def batch_size(self) -> int:
+        return 1
+
+    @property
+    def capacity(self) -> int:
+        return self.kv.shape[0]
+
+    def __repr__(self) -> str:
+        return f"FoldedCache(length={self.length}, capacity={self.capacity})"
+
+
+class FoldedStep:
+    """Cached one-token steps of a one-layer ``CharGPT`` (see the module docstring).
+
+    ``new_cache()`` a ``FoldedCache``; ``step(tok, cache, out)``: ``tok`` the next token (an
+    int, or an int64 tensor of one element) at position ``cache.length``; extends the cache
+    by one and writes the logits ``[1, V]`` into ``out``. ``feed(tok, cache)`` extends the
+    cache by ``tok`` (int64 ``[T]``, any ``T``) without logits: a look-up and a write.
+    Built from the model's current weights (``CharGPT.draft_step`` rebuilds it after they
+    change). Unchecked, like ``LeanStep``: callers pass tokens their checked paths accepted.
+    """
+
+    def __init__(self, model):
+        cfg = model.config
+        if cfg.n_layer != 1:
+            raise ValueError(
+                f"FoldedStep folds a one-layer model; this one has {cfg.n_layer} layers "
+                "(use model.lean_step())"
+            )
+        lean = model.lean_step()
+        C, nh, hs, V = lean.C, lean.nh, lean.hs, lean.V
+        self.C, self.nh, self.hs, self.V, self.W = C, nh, hs, V, (1 + nh) * C
+        self.config, self.pos_v = cfg, lean.pos_v
+        (_, _, _, _, pw, pb, l2w, l2b, fw, fb, f2w, f2b) = lean.layers[0]  # pw: [C_in, C_out]
+        t = lean.flat  # [S * V, 4C]: x | q | k | v, row pos * V + token
+        vp = torch.einsum("rhd,hdc->rhc", t[:, 3 * C :].reshape(-1, nh, hs), pw.view(nh, hs, C))
+        self.x = (t[:, :C] + pb).contiguous()  # the residual input, the projection's bias added
+        self.q = (t[:, C : 2 * C] * hs**-0.5).contiguous()  # the query, softmax's scale in it
+        self.kv = torch.cat([t[:, 2 * C : 3 * C], vp.reshape(-1, nh * C)], dim=1).contiguous()
+        self.mlp = (l2w, l2b, fw, fb, f2w, f2b)
+        self.lnf_w, self.lnf_b, self.w_t = lean.lnf_w, lean.lnf_b, lean.w_t
+        self.ones = torch.ones(1, nh, dtype=t.dtype, device=t.device)  # sums the heads
+        self.dtype, self.device = t.dtype, t.device
+
+    def new_cache(self) -> FoldedCache:
+        """An empty cache for this step's model."""
+        return FoldedCache(self.config, dtype=self.dtype, device=self.device)
+
+    def feed(self, tok: torch.Tensor, cache: FoldedCache) -> None:
+        """Extend ``cache`` by ``tok`` (int64 ``[T]``) without computing logits."""
+        start = cache.length
+        end = start + tok.shape[0]
+        if end == start + 1:  # one token (a draft's catch-up): a row, not an index tensor
+            cache.kv[start].copy_(self.kv[start * self.V + int(tok)])
+        else:
+            cache.kv[start:end] = self.kv.index_select(0, self.pos_v[start:end] + tok)
+        cache.length = end
+
+    def step(self, tok, cache: FoldedCache, out: torch.Tensor) -> None:
+        """Extend ``cache`` by the one token ``tok``; write its logits ``[1, V]`` to ``out``."""
+        C, nh, hs, W = self.C, self.nh, self.hs, self.W
+        pos = cache.length
+        i = pos * self.V + int(tok)
+        kv = cache.kv
+        kv[pos].copy_(self.kv[i])
+        end = pos + 1
+        keys = kv.as_strided((nh, hs, end), (hs, 1, W), kv.storage_offset())  # [nh, hs, L]
+        a = torch.bmm(self.q[i].view(nh, 1, hs), keys).softmax(-1)
+        values = kv.as_strided((nh, end, C), (C, W, 1), kv.storage_offset() + C)  # [nh, L, C]
+        y = torch.bmm(a, values)  # [nh, 1, C]: each head's output, already projected
+        x = torch.addmm(self.x[i], self.ones, y.view(nh, C))  # [1, C]
+        l2w, l2b, fw, fb, f2w, f2b = self.mlp
+        u = torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw)  # GELU input / sqrt 2
+        x = torch.addmm(f2b, torch.addcmul(u, u, torch.erf(u)), f2w).add_(x)
+        torch.mm(F.layer_norm(x, (C,), self.lnf_w, self.lnf_b), self.w_t, out=out)
+        cache.length = end
