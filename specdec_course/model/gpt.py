@@ -366,9 +366,11 @@ class CharGPT(nn.Module):
 
     def draft_step(self):
         """The cheapest batch-1 one-token step of this model as a draft: a one-layer model's
-        ``model.folded.FoldedStep`` (its cache from its ``new_cache()``), else
-        ``lean_step()``; built on first use, dropped when the weights change."""
-        if self.config.n_layer != 1:
+        ``model.folded.FoldedStep`` on a CPU (its cache from its ``new_cache()``), else
+        ``lean_step()``; built on first use, dropped when the weights change. Off a CPU the
+        lean step is kept: the folded step reads each token back to the host to index its
+        table, a sync per step on a GPU (where drafts run as CUDA graphs anyway)."""
+        if self.config.n_layer != 1 or self.lm_head.weight.device.type != "cpu":
             return self.lean_step()
         if self._folded is None:
             with torch.no_grad():
