@@ -91,7 +91,7 @@ def run(args) -> int:
         draft = load_distilled()
     elif args.method == "speculative":
         draft = load_pretrained("draft")
-        draft.lean_step()  # part of loading it: the first step would build it otherwise
+        draft.draft_step()  # part of loading it: the first step would build it otherwise
     elif args.method == "medusa":
         from ..medusa import load_heads, medusa_generate
 
