@@ -15,12 +15,12 @@ and value that way; a one-layer model allows three more folds, each exact algebr
 
 A step is then: one cache write (the row's key and projected values, side by side), ``bmm``,
 ``softmax``, ``bmm``, one ``addmm`` that sums the heads onto the residual (a row of ones
-times ``[n_head, n_embd]``), and the MLP and head of ``LeanStep`` (its GELU in two ops).
-Both ``bmm`` read the cache through strided views, no copy. On a CPU at batch 1, where each
-op costs microseconds of dispatch, that is about a quarter less than ``LeanStep``'s
-one-token step (``scaled_dot_product_attention`` alone costs more than the two ``bmm``). A
-deeper model cannot fold this way: its later layers' values depend on the whole context,
-so the plain baseline is not owed this saving.
+times ``[n_head, n_embd]``), and the MLP and head of ``LeanStep`` (``lean.mlp_residual``:
+its GELU in two ops). Both ``bmm`` read the cache through strided views, no copy. On a
+CPU at batch 1, where each op costs microseconds of dispatch, that is about a quarter less
+than ``LeanStep``'s one-token step (``scaled_dot_product_attention`` alone costs more
+than the two ``bmm``). A deeper model cannot fold this way: its later layers' values
+depend on the whole context, so the plain baseline is not owed this saving.
 
 The cache is a ``FoldedCache``: one row per position, its key (``n_embd`` numbers, head by
 head) followed by its projected values (``n_head * n_embd``), with ``KVCache``'s ``length``
@@ -36,6 +36,7 @@ import torch
 from torch.nn import functional as F
 
 from .cache import KVCache
+from .lean import mlp_residual
 
 __all__ = ["FoldedCache", "FoldedStep"]
 
@@ -87,7 +88,7 @@ class FoldedStep:
         lean = model.lean_step()
         C, nh, hs, V = lean.C, lean.nh, lean.hs, lean.V
         self.C, self.nh, self.hs, self.V, self.W = C, nh, hs, V, (1 + nh) * C
-        self.config, self.pos_v = cfg, lean.pos_v
+        self.config, self.pos_v, self.dtype, self.device = cfg, lean.pos_v, lean.dtype, lean.device
         (_, _, _, _, pw, pb, l2w, l2b, fw, fb, f2w, f2b) = lean.layers[0]  # pw: [C_in, C_out]
         t = lean.flat  # [S * V, 4C]: x | q | k | v, row pos * V + token
         vp = torch.einsum("rhd,hdc->rhc", t[:, 3 * C :].reshape(-1, nh, hs), pw.view(nh, hs, C))
@@ -97,7 +98,6 @@ class FoldedStep:
         self.mlp = (l2w, l2b, fw, fb, f2w, f2b)
         self.lnf_w, self.lnf_b, self.w_t = lean.lnf_w, lean.lnf_b, lean.w_t
         self.ones = torch.ones(1, nh, dtype=t.dtype, device=t.device)  # sums the heads
-        self.dtype, self.device = t.dtype, t.device
 
     def new_cache(self) -> FoldedCache:
         """An empty cache for this step's model."""
@@ -126,8 +126,6 @@ class FoldedStep:
         values = kv.as_strided((nh, end, C), (C, W, 1), kv.storage_offset() + C)  # [nh, L, C]
         y = torch.bmm(a, values)  # [nh, 1, C]: each head's output, already projected
         x = torch.addmm(self.x[i], self.ones, y.view(nh, C))  # [1, C]
-        l2w, l2b, fw, fb, f2w, f2b = self.mlp
-        u = torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw)  # GELU input / sqrt 2
-        x = torch.addmm(f2b, torch.addcmul(u, u, torch.erf(u)), f2w).add_(x)
+        x = mlp_residual(x, C, *self.mlp)
         torch.mm(F.layer_norm(x, (C,), self.lnf_w, self.lnf_b), self.w_t, out=out)
         cache.length = end

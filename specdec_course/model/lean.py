@@ -142,11 +142,17 @@ class LeanStep:
             )  # [1, nh, T, hs]
             y = y.view(1, C) if T == 1 else y[0].transpose(0, 1).reshape(T, C)
             qkv = None
-            x = x + torch.addmm(pb, y, pw)
-            u = torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw)  # GELU input / sqrt 2
-            x = x + torch.addmm(f2b, torch.addcmul(u, u, torch.erf(u)), f2w)
+            x = mlp_residual(x + torch.addmm(pb, y, pw), C, l2w, l2b, fw, fb, f2w, f2b)
         cache.length = end
         return F.layer_norm(x, (C,), self.lnf_w, self.lnf_b) if need else None
+
+
+def mlp_residual(x, C: int, l2w, l2b, fw, fb, f2w, f2b) -> torch.Tensor:
+    """``x`` plus the MLP of ``LayerNorm(x)``, with ``LeanStep.layers``' weights: the GELU's
+    two factors ``1 / sqrt 2`` are already in ``fw``, ``fb`` and ``f2w`` (the module
+    docstring), so it is ``erf`` and one ``addcmul``. ``model.folded`` takes it too."""
+    u = torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw)  # GELU input / sqrt 2
+    return x + torch.addmm(f2b, torch.addcmul(u, u, torch.erf(u)), f2w)
 
 
 def _heads(qkv: torch.Tensor, T: int, nh: int, hs: int) -> torch.Tensor:
