@@ -54,6 +54,7 @@ __all__ = [
 DEFAULT_ORDER = 5
 DEFAULT_DISCOUNT = 0.9
 _PROCESSED_CACHE = 2  # sampling settings whose processed tables are kept (50 MB each)
+_NEXT_CACHE = 1 << 18  # memoized row transitions kept (about 25 MB at most)
 
 
 def find_sorted(keys: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,6 +150,7 @@ class NgramDraft:
         if tables:
             self._build_tables()
         self._processed: OrderedDict = OrderedDict()
+        self._next: dict[int, int] = {}  # (row, token) -> next row, filled as drafted
         self.build_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------- distributions
@@ -280,6 +282,13 @@ class NgramDraft:
         # item assignment cost microseconds each); the loop passes the same buffers each time.
         self._host = self.q32.device.type == "cpu"
         self._q_np = self.q32.numpy() if self._host else None
+        if self._host and not self.greedy:
+            # The q rows of a proposal are copied here as they are drawn (row copies cost
+            # less than one gather of a list of rows); q is a view, valid until the next
+            # propose, as the loop uses it.
+            self._qbuf = torch.empty(max(k, 1), self.vocab_size, dtype=self.q32.dtype)
+            self._qbuf_np = self._qbuf.numpy()
+            self._qviews = [self._qbuf[:j] for j in range(max(k, 1) + 1)]
         self._views = (None, None, None, None)
 
     def _np_views(self, ids, out):
@@ -287,27 +296,49 @@ class NgramDraft:
             self._views = (ids, out, ids.numpy(), out.numpy())
         return self._views[2], self._views[3]
 
+    def _next_row(self, r: int, t: int, code: int, length: int) -> int:
+        """Row after appending ``t`` to a context whose row is ``r`` (its new code and
+        length are ``code``, ``length``): memoized, since it depends on ``(r, t)`` alone."""
+        # Row r is the longest seen suffix s of the context. A seen suffix u + t of the new
+        # context makes u a seen context (it occurred before t), so |u| <= |s|: the new row
+        # is the longest seen suffix of s + t, whatever came before s.
+        key = r * self.vocab_size + t
+        nxt = self._next.get(key)
+        if nxt is None:
+            if len(self._next) >= _NEXT_CACHE:
+                self._next.clear()
+            nxt = self._next[key] = self._row(code, length)
+        return nxt
+
     def propose(self, ids, n, k, out):
         V, L = self.vocab_size, self.order - 1
         host = self._host and ids.device.type == "cpu" and out.device.type == "cpu"
         ids_np, out_np = self._np_views(ids, out) if host else (ids, None)
         code, length = self._context(ids_np[max(0, n - L) : n].tolist())
         mod = V**L
-        argmax, cum, row_of = self.argmax, self.cum, self._row
+        argmax, cum, memo = self.argmax, self.cum, self._next
         u = None if self.uniforms is None else self.uniforms[self.calls]
         self.calls += 1
+        keep = host and u is not None  # copy each q row into the buffer as it is drawn
+        q_np, qbuf = self._q_np, (self._qbuf_np if keep else None)
         toks, rows = [], []
+        r = self._row(code, length)
         for j in range(k):
-            r = row_of(code, length)
             t = argmax[r] if u is None else bisect_right(cum[r], u[j])
             toks.append(t)
-            rows.append(r)
-            if L:
-                code = (code * V + t) % mod
-                length = min(length + 1, L)
+            if keep:
+                qbuf[j] = q_np[r]
+            else:
+                rows.append(r)
+            if j + 1 < k:
+                if L:
+                    code = (code * V + t) % mod
+                    length = min(length + 1, L)
+                nxt = memo.get(r * V + t)
+                r = self._next_row(r, t, code, length) if nxt is None else nxt
         if host:
             out_np[:k] = toks
-            return k, (None if u is None else torch.from_numpy(self._q_np[rows]))
+            return k, (self._qviews[k] if keep else None)
         out[:k] = torch.tensor(toks, device=out.device)
         return k, (None if u is None else self.q32[rows])
 

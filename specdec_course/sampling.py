@@ -155,6 +155,15 @@ class NoiseBlocks:
         self.pos = pos + n
         return self._rows[pos : pos + n]
 
+    def row(self):
+        """The next row ``[V]``: ``take(1)[0]``, without the slice."""
+        pos = self.pos
+        if self.buf is None or pos >= self.buf.shape[0]:
+            self._refill(1)
+            pos = 0
+        self.pos = pos + 1
+        return self._rows[pos]
+
     def _refill(self, n: int) -> None:
         rows = min(max(self.block, n), self.limit - self.drawn)
         if rows < n:

@@ -61,10 +61,16 @@ def test_measure_speedup_reports_every_k_with_both_predictions():
     for r in rows:
         assert 0 < r["alpha"] <= 1 and r["tokens_per_target_call"] >= 1
         assert r["predicted_speedup"] == pytest.approx(theory.speedup(r["alpha"], r["k"], r["c"]))
-        # The cost-aware prediction prices the target call and the drafts as measured.
+        # The cost-aware prediction prices the target call, the drafts and the prompt's
+        # prefill (seconds per new token) as measured.
+        # With one repeat its costs are the row's.
         tokens = theory.expected_tokens(r["alpha"], r["k"])
         cost = r["k"] * r["draft_token_s"] + r["target_call_s"]
-        assert r["cost_aware_speedup"] == pytest.approx(tokens * res["plain_token_s"] / cost)
+        per_new = r["prefill_token_s"] + cost / tokens
+        assert r["prefill_token_s"] > 0  # (this one repeat also builds the draft step)
+        assert r["cost_aware_speedup"] == pytest.approx(r["plain_token_s"] / per_new)
+        assert r["c"] == pytest.approx(r["draft_token_s"] / r["plain_token_s"])
+        assert r["measured_speedup"] == pytest.approx(r["plain_token_s"] * 30 / r["seconds"])
         assert sum(r["split_s"].values()) > 0
     assert "cost-aware" in bench.format_speedup_table(res)
     assert bench.best_row(res, "draft") in rows
@@ -99,7 +105,7 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
         assert [r["k"] for r in rows] == [1, 2, 3, 4]
         for r in rows:
             assert 0 < r["alpha"] <= 1 and r["tokens_per_target_call"] >= 1
-            assert set(r["split_s"]) == {"draft", "target", "verify", "rest"}
+            assert set(r["split_s"]) == {"prefill", "draft", "target", "verify", "rest"}
             assert r["measured_over_cost_aware"] == r["measured_speedup"] / r["cost_aware_speedup"]
     assert [r["tree"] for r in res["medusa"]] == ["chain", "small", "large"]
     assert (tmp_path / "speedup_cpu.png").stat().st_size > 10_000

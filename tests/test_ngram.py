@@ -123,6 +123,32 @@ def test_the_ngram_drafts_from_the_q_it_reports(ngram):
     assert hot.passed, str(hot)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_every_draft_of_a_proposal_reads_the_row_of_its_whole_context(ngram, split, temperature):
+    # Drafts after the first find their row through memoized (row, token) transitions: each
+    # must be the row probs() computes from scratch for the context with the drafts so far.
+    from specdec_course.sampling import SamplingOptions
+
+    _, val = split
+    prompts = [val[i : i + m] for i, m in ((0, 1), (500, 2), (9000, 40), (20000, 7))]
+    prompts.append(torch.tensor([0, 64, 0, 64, 0]))  # an unlikely context: backs off
+    smp = SamplingOptions(temperature, None, None)
+    k = 8
+    for seed, prompt in enumerate(prompts * 3):
+        n = prompt.numel()
+        ids = torch.cat((prompt, torch.zeros(k, dtype=torch.long)))
+        out = torch.empty(k, dtype=torch.long)
+        ngram.start(ids, n, smp, torch.Generator().manual_seed(seed), 4, k)
+        kk, q = ngram.propose(ids, n, k, out)
+        assert kk == k
+        for j in range(k):
+            want = ngram.probs(torch.cat((prompt, out[:j])))
+            if q is None:
+                assert out[j] == want.argmax()
+            else:
+                assert torch.equal(q[j].double(), want)
+
+
 class _Liar(NgramDraft):
     """Samples from the n-gram's q but reports a flatter one: exactness is lost."""
 

@@ -4,7 +4,8 @@ Plain decoding and speculative decoding (and Medusa) decode the same fixed valid
 in alternation, batch 1, one thread, so that machine load hits every method alike; each
 speedup is a ratio of medians measured in the same run, printed beside what Theorem 3.8
 predicts from the measured acceptance rate and draft cost, and beside the cost-aware ceiling
-that prices the (k + 1)-token target call at its measured cost.
+that prices every forward at its measured cost (the (k + 1)-token target call, the drafted
+tokens, the prompt's prefill).
 
 The models' device decides where it runs: on a GPU every interval is read after waiting for
 the queued work (``devices.clock``), a first untimed round captures any CUDA graphs, and
@@ -182,16 +183,21 @@ def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Te
     return [val[i * step : i * step + length].clone() for i in range(n)]
 
 
-SPLIT = ("draft", "target", "verify", "rest")  # where an iteration's time goes
+# Where an iteration's time goes; the prompt's prefill (once per run) is shared out over
+# the run's iterations.
+SPLIT = ("prefill", "draft", "target", "verify", "rest")
 # Medusa's phases under the same names: the heads' guesses are its draft, the tree walk its
 # verification, the cache compaction part of the rest.
 _MEDUSA_SPLIT = {"heads": "draft", "target": "target", "walk": "verify", "cache": "rest"}
 
 
-def _draft_row(k: int, reps: list, spec_s: list[float], base_s: float, per_token: float) -> dict:
+def _draft_row(k: int, reps: list, spec_s: list[float], plain_s: list[float], n_new: int) -> dict:
     """One row of the table from each repeat's totals ``reps``: acceptance, tokens per call
-    and the time split over all of them; the costs that price the cost-aware prediction are
-    medians over the repeats, as the measured speedup is."""
+    and the time split over all of them. ``spec_s`` and ``plain_s`` are each repeat's seconds
+    of this method and of the plain runs beside it (``n_new`` new tokens in all). Each
+    repeat gives a measured speedup and predictions priced with its own costs and its own
+    plain runs' cost per token; the row keeps the median of each over the repeats (costs
+    likewise), so that a drift of the machine's speed between repeats cancels out."""
     from .. import theory
     from ..decoding import SpecStats
 
@@ -200,28 +206,44 @@ def _draft_row(k: int, reps: list, spec_s: list[float], base_s: float, per_token
         st.add(r)
     its = max(1, st.iterations)
     alpha = min(st.acceptance_rate, 1.0)
-    # One drafted token (sampling included) and one (k + 1)-token target call, per repeat.
-    d = statistics.median(r.seconds["draft"] / max(1, r.drafted) for r in reps)
-    t_call = statistics.median(r.seconds["target"] / max(1, r.target_calls) for r in reps)
-    c = d / per_token
     tokens = theory.expected_tokens(alpha, k)
-    measured = base_s / statistics.median(spec_s)
-    cost_aware = tokens * per_token / (k * d + t_call)
+    med = statistics.median
+    # Per repeat: one drafted token (sampling included), one (k + 1)-token target call and
+    # the prompt's prefill per new token (both runs pay one; the baseline's is inside its
+    # per-token cost, so the prediction prices the speculative run's as measured).
+    d = [r.seconds["draft"] / max(1, r.drafted) for r in reps]
+    t_call = [r.seconds["target"] / max(1, r.target_calls) for r in reps]
+    pre = [r.seconds["prefill"] / max(1, r.emitted) for r in reps]
+    plain = [b / n_new for b in plain_s]
+    c = [d_ / p_ for d_, p_ in zip(d, plain)]
+    cost_aware = [
+        p_ / (pr + (k * d_ + t_) / tokens) for p_, pr, d_, t_ in zip(plain, pre, d, t_call)
+    ]
+    measured = med(b / s_ for b, s_ in zip(plain_s, spec_s))
     return {
         "k": k,
         "alpha": alpha,
         "mean_accepted": st.mean_accepted,
         "tokens_per_target_call": st.tokens_per_target_call,
-        "c": c,
-        "predicted_speedup": theory.speedup(alpha, k, c),
-        "cost_aware_speedup": cost_aware,
+        "c": med(c),
+        "predicted_speedup": theory.speedup(alpha, k, med(c)),
+        "cost_aware_speedup": med(cost_aware),
         "measured_speedup": measured,
-        "measured_over_cost_aware": measured / cost_aware,
-        "draft_token_s": d,
-        "target_call_s": t_call,
+        "measured_over_cost_aware": measured / med(cost_aware),
+        "plain_token_s": med(plain),
+        "draft_token_s": med(d),
+        "target_call_s": med(t_call),
+        "prefill_token_s": med(pre),
         "split_s": {key: st.seconds[key] / its for key in SPLIT},
-        "seconds": statistics.median(spec_s),
+        "seconds": med(spec_s),
     }
+
+
+def _timed(clock, seed: int, fn, *args, **kw):
+    # (seconds, output) of one run, its generator seeded with ``seed``
+    t0 = clock()
+    out = fn(*args, generator=torch.Generator().manual_seed(seed), **kw)
+    return clock() - t0, out
 
 
 def measure_speedup(
@@ -242,21 +264,24 @@ def measure_speedup(
     """Plain decoding against every draft and k (and Medusa's trees), in one run.
 
     ``drafts`` maps a name to a draft for ``speculative_generate`` (a ``CharGPT``, an
-    ``NgramDraft``, any proposer). Every repeat decodes every prompt with ``generate``, then
-    with each draft at each ``k``, then with Medusa on each tree (round-robin, so that a
-    slow moment of the machine hits all of them alike; every run starts from the same seed).
-    Times are summed over the prompts and the median over repeats is kept, for the costs
-    that price the predictions as for the speedups. For each draft and ``k`` a row holds:
-    acceptance alpha, mean accepted drafts, tokens per target call (over all repeats); the
-    cost ratio ``c`` (seconds per drafted token inside the loop over seconds per token of
-    plain decoding); Theorem 3.8's speedup from those alpha and c; the cost-aware prediction
-    (Theorem 3.8's expected tokens, with the (k + 1)-token target call and the drafted tokens
-    priced at what the loop measured them to cost); the measured speedup and measured /
-    cost-aware (what the loop's own work, verification, bookkeeping and the prompt's
-    prefill, leaves); and the per-iteration time split (draft, target, verify, rest; means
-    over all repeats). The prompts may live anywhere;
-    the methods run on the target's device (see the module docstring for GPUs and
-    ``cuda_graphs``), and the result records ``device`` and ``cuda_graphs``.
+    ``NgramDraft``, any proposer). Every repeat decodes every prompt with each draft at each
+    ``k``, then with Medusa on each tree, and beside every one of those runs decodes the same
+    prompt with plain decoding (``generate``), first or second in alternate repeats: a
+    machine whose speed drifts within seconds (a shared one) slows a method and its baseline
+    alike, and the measured speedup is the median over repeats of their ratio (times summed
+    over the prompts; every run starts from the same seed). For each draft and ``k`` a row
+    holds: acceptance alpha, mean accepted drafts, tokens per target call (over all
+    repeats); the cost ratio ``c`` (seconds per drafted token inside the loop over seconds
+    per token of the plain runs beside it); Theorem 3.8's speedup from those alpha and c;
+    the cost-aware prediction (Theorem 3.8's expected tokens, with every model forward of the
+    run priced at what it measured: the (k + 1)-token target calls, the drafted tokens, and
+    the prompt's prefill, which the baseline's per-token cost includes too); the measured
+    speedup and measured / cost-aware (what the loop's own work leaves: verification and
+    bookkeeping, and how far the acceptances are from independent); and the per-iteration
+    time split (prefill shared out, draft, target, verify, rest; means over all repeats).
+    Costs are medians over the repeats. The prompts may live anywhere; the methods run on
+    the target's device (see the module docstring for GPUs and ``cuda_graphs``), and the
+    result records ``device`` and ``cuda_graphs``.
     """
     from ..decoding import SpecStats, generate, speculative_generate
     from ..medusa import medusa_generate
@@ -266,12 +291,14 @@ def measure_speedup(
     dev = target.lm_head.weight.device
     clock = devices.clock(dev)
     graphs = {"cuda_graphs": cuda_graphs}
-    base_t: list[float] = []
     spec_t = {(m, k): [] for m in names for k in ks}
+    plain_t = {key: [] for key in spec_t}  # the plain runs beside each method's
     per_rep = {key: [] for key in spec_t}  # each repeat's totals over the prompts
     tree_names = list(trees) if medusa_heads is not None else []
     med_t = {t: [] for t in tree_names}
+    med_plain = {t: [] for t in tree_names}
     med_agg: dict = {}
+    n_new = len(prompts) * max_new_tokens
     # On a GPU a first round is not timed: it captures graphs and warms up cuBLAS.
     rounds = range(-1 if dev.type == "cuda" else 0, repeats)
     bar = rounds
@@ -280,65 +307,71 @@ def measure_speedup(
 
         bar = tqdm(rounds, desc=f"speedup T={temperature}")
     for rep in bar:
-        tb = 0.0
         ts = dict.fromkeys(spec_t, 0.0)
+        tp = dict.fromkeys(spec_t, 0.0)
         tm = dict.fromkeys(tree_names, 0.0)
+        tmp = dict.fromkeys(tree_names, 0.0)
         rep_agg = {key: SpecStats(k=key[1]) for key in spec_t}
         for i, prompt in enumerate(prompts):
             run_seed = seed + 1000 * rep + i  # every method decodes this prompt from it
 
-            def gen(s=run_seed):
-                return torch.Generator().manual_seed(s)
+            def paired(fn, *args, _s=run_seed, _p=prompt, _first=rep % 2 == 0, **kw):
+                # (plain seconds, method seconds, method output): the plain run goes first
+                # in even repeats, second in odd ones, on the same prompt and seed.
+                plain = (generate, target, _p, max_new_tokens)
+                opts = {"temperature": temperature, **graphs}
+                if _first:
+                    b, _ = _timed(clock, _s, *plain, **opts)
+                t, out = _timed(clock, _s, fn, *args, **kw)
+                if not _first:
+                    b, _ = _timed(clock, _s, *plain, **opts)
+                return b, t, out
 
-            t0 = clock()
-            generate(
-                target, prompt, max_new_tokens, temperature=temperature, generator=gen(), **graphs
-            )
-            tb += clock() - t0
             for key in spec_t:
                 name, k = key
-                t0 = clock()
-                _, st = speculative_generate(
+                b, t, (_, st) = paired(
+                    speculative_generate,
                     target,
                     drafts[name],
                     prompt,
                     max_new_tokens,
                     k=k,
                     temperature=temperature,
-                    generator=gen(),
                     timings=True,
                     **graphs,
                 )
-                ts[key] += clock() - t0
+                tp[key] += b
+                ts[key] += t
                 if rep >= 0:
                     rep_agg[key].add(st)
             for tree in tree_names:
-                t0 = clock()
-                _, st = medusa_generate(
+                b, t, (_, st) = paired(
+                    medusa_generate,
                     target,
                     medusa_heads,
                     prompt,
                     max_new_tokens,
                     tree=tree,
                     temperature=temperature,
-                    generator=gen(),
                     timings=True,
                 )
-                tm[tree] += clock() - t0
+                tmp[tree] += b
+                tm[tree] += t
                 if rep >= 0:
                     med_agg.setdefault(tree, st.__class__(k=st.k, tree_size=st.tree_size)).add(st)
         if rep < 0:
             continue  # the warm-up round
-        base_t.append(tb)
         for key in spec_t:
             spec_t[key].append(ts[key])
+            plain_t[key].append(tp[key])
             per_rep[key].append(rep_agg[key])
         for tree in tree_names:
             med_t[tree].append(tm[tree])
-    base = statistics.median(base_t)
-    # Plain decoding's seconds per token from the same median as the measured speedups: a
-    # mean would let one slow repeat of the baseline inflate every prediction.
-    per_token = base / (len(prompts) * max_new_tokens)
+            med_plain[tree].append(tmp[tree])
+    # Plain decoding's seconds per token over all its runs: a median of each repeat's mean,
+    # so that one slow repeat cannot inflate it.
+    every = [list(v) for v in plain_t.values()] + [list(v) for v in med_plain.values()]
+    base = statistics.median(statistics.fmean(col) for col in zip(*every))
     result = {
         "device": str(dev),
         "cuda_graphs": cuda_graphs,
@@ -347,9 +380,9 @@ def measure_speedup(
         "prompts": len(prompts),
         "repeats": repeats,
         "baseline_seconds": base,
-        "plain_token_s": per_token,
+        "plain_token_s": base / n_new,
         "methods": {
-            m: [_draft_row(k, per_rep[m, k], spec_t[m, k], base, per_token) for k in ks]
+            m: [_draft_row(k, per_rep[m, k], spec_t[m, k], plain_t[m, k], n_new) for k in ks]
             for m in names
         },
     }
@@ -361,13 +394,14 @@ def measure_speedup(
             split = dict.fromkeys(SPLIT, 0.0)
             for phase, s_ in st.seconds.items():
                 split[_MEDUSA_SPLIT[phase]] += s_ / its
+            ratios = [b / t for b, t in zip(med_plain[tree], med_t[tree])]
             rows.append(
                 {
                     "tree": tree,
                     "nodes": st.tree_size,
                     "mean_accepted_length": st.mean_accepted_length,
                     "tokens_per_target_call": st.tokens_per_target_call,
-                    "measured_speedup": base / statistics.median(med_t[tree]),
+                    "measured_speedup": statistics.median(ratios),
                     "split_s": split,
                     "seconds": statistics.median(med_t[tree]),
                 }
@@ -420,8 +454,9 @@ def format_medusa_table(result: dict) -> str:
 
 
 def plot_time_split(results, methods=None):
-    """Stacked bars: where one iteration's time goes (draft, target, verify, rest) for each
-    draft and k, beside what plain decoding spends on the same number of characters.
+    """Stacked bars: where one iteration's time goes (the prompt's prefill shared out over
+    the run's iterations, draft, target, verify, rest) for each draft and k, beside what plain
+    decoding spends on the same number of characters.
 
     ``results``: one result of :func:`measure_speedup` or a list of them (one row of panels
     each, e.g. temperatures 1 and 0).
@@ -433,17 +468,26 @@ def plot_time_split(results, methods=None):
     fig, axes = plt.subplots(
         len(results), len(methods), figsize=(4.2 * len(methods), 3.2 * len(results)), squeeze=False
     )
-    colors = {"draft": "tab:orange", "target": "tab:blue", "verify": "tab:green", "rest": "0.6"}
+    colors = {
+        "prefill": "tab:purple",
+        "draft": "tab:orange",
+        "target": "tab:blue",
+        "verify": "tab:green",
+        "rest": "0.6",
+    }
     for row_axes, result in zip(axes, results):
         for ax, name in zip(row_axes, methods):
             rows = result["methods"][name]
             xs = [r["k"] for r in rows]
             bottom = [0.0] * len(rows)
             for part in SPLIT:
-                h = [r["split_s"][part] * 1e6 for r in rows]
+                h = [r["split_s"].get(part, 0.0) * 1e6 for r in rows]  # older records: 4
                 ax.bar(xs, h, bottom=bottom, color=colors[part], label=part, width=0.7)
                 bottom = [b + v for b, v in zip(bottom, h)]
-            plain = [r["tokens_per_target_call"] * result["plain_token_s"] * 1e6 for r in rows]
+            plain = [
+                r["tokens_per_target_call"] * r.get("plain_token_s", result["plain_token_s"]) * 1e6
+                for r in rows
+            ]
             ax.plot(xs, plain, "k_", markersize=16, mew=2, label="plain, same characters")
             ax.set_xticks(xs)
             graphed = ", CUDA graphs" if result.get("cuda_graphs") else ""

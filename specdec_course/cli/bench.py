@@ -19,10 +19,11 @@ def add_parser(sub) -> None:
         "speedup",
         help="plain decoding against the draft model, the n-gram drafts and Medusa, this CPU",
         description="Decode the same fixed validation prompts (200 new characters each) with "
-        "plain decoding and with each method, round-robin, batch 1, one thread, at "
-        "temperature 1 then 0; print every method's acceptance, tokens per target call, "
-        "Theorem 3.8's predicted speedup and the measured one (a ratio of medians in this "
-        "run), and the cost of one cached target forward over 1 to 16 new tokens. Writes "
+        "each method, round-robin, batch 1, one thread, at temperature 1 then 0, every run "
+        "beside a plain decoding run of the same prompt; print every method's acceptance, "
+        "tokens per target call, Theorem 3.8's predicted speedup, the cost-aware one and the "
+        "measured one (the median over repeats of the ratio to the plain runs beside it), "
+        "and the cost of one cached target forward over 1 to 16 new tokens. Writes "
         "speedup_cpu.json and speedup_cpu.png (the stored ones are in data/results/).\n\n"
         "Methods:\n"
         "  draft   the shipped 1-layer draft model, k = 1 ... 8 drafts per iteration\n"

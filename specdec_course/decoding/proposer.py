@@ -44,14 +44,17 @@ from .graphs import check_cuda_graphs, steps_for
 __all__ = ["Proposer", "ModelProposer", "as_proposer", "audit_proposer", "draft_noise"]
 
 
-def draft_noise(sampling, generator, max_new_tokens: int, k: int, V: int, device):
+def draft_noise(sampling, generator, max_new_tokens: int, k: int, V: int, device, host=False):
     """A draft's Gumbel noise, ``k`` rows per proposal, drawn in blocks of 16 proposals as
-    the run uses them (``sampling.NoiseBlocks``); ``None`` at temperature 0 or ``k = 0``.
-    There are never more proposals than new tokens (an iteration emits at least one)."""
+    the run uses them (``sampling.NoiseBlocks``; NumPy views with ``host``, CPU only);
+    ``None`` at temperature 0 or ``k = 0``. There are never more proposals than new tokens
+    (an iteration emits at least one)."""
     if sampling.greedy or k < 1:
         return None
     limit = max(max_new_tokens, 1) * k
-    return NoiseBlocks(V, limit, block=16 * k, generator=generator, device=device, gumbel=True)
+    return NoiseBlocks(
+        V, limit, block=16 * k, generator=generator, device=device, gumbel=True, host=host
+    )
 
 
 @runtime_checkable
@@ -139,7 +142,13 @@ class ModelProposer:
                 self.lean.feed(ids[: n - 1], self.cache)
         V, w = self.vocab_size, model.lm_head.weight
         self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
-        self.noise = draft_noise(sampling, generator, max_new_tokens, k, V, w.device)
+        # On a CPU the Gumbel-max draw runs in NumPy over the same memory (one add and one
+        # argmax of 65 floats cost less there than two tensor ops); the same IEEE float32
+        # sum and first-index argmax, so the same tokens.
+        host = self.steps is None and w.device.type == "cpu"
+        host = host and w.dtype in (torch.float32, torch.float64)  # dtypes NumPy has
+        self._logits_np = self.logits.numpy() if host else None
+        self.noise = draft_noise(sampling, generator, max_new_tokens, k, V, w.device, host)
         self.calls = 0
         self._views_of = None
 
@@ -152,6 +161,7 @@ class ModelProposer:
                 (lg[j : j + 1], out[j : j + 1], out[None, j : j + 1]) for j in range(out.numel())
             ]
             self._views_of = out
+            self._out_np = out.numpy() if self._logits_np is not None else None
         return self._view_list
 
     def propose(self, ids, n, k, out):
@@ -166,12 +176,15 @@ class ModelProposer:
         for m in range(cache.length, n - 1):
             lean.feed(ids[m : m + 1], cache)
         lean.step(ids[n - 1 : n], cache, views[0][0])
+        lg_np, out_np = self._logits_np, self._out_np
         for j in range(k):
             row, slot, _ = views[j]
             if self.processed:
                 row.copy_(self.sampling.logits(row))
             if noise is None:
                 torch.argmax(row, dim=-1, out=slot)
+            elif lg_np is not None:  # NumPy views of the logits, the noise and the slot
+                out_np[j] = (lg_np[j] + noise[j]).argmax()
             else:
                 torch.argmax(row + noise[j], dim=-1, out=slot)
             if p_min is not None and float(row.softmax(-1).amax()) < p_min:

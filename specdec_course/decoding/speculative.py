@@ -15,8 +15,8 @@ its own state (the draft model crops its cache the same way).
 The loop is lean on purpose (on a CPU at batch 1 every tensor op costs microseconds, and a
 draft step costs about a hundred): one cached forward per draft token, one per target call,
 the batch-1 verifier ``verifier.rejection_sample_row`` (a dozen ops and one transfer to
-Python), and pointer moves. ``timings=True`` splits the wall time into draft, target,
-verify and the rest.
+Python), and pointer moves. ``timings=True`` splits the wall time into the prefill (the
+proposer's start and the target's prompt), draft, target, verify and the rest.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def speculative_generate(
     bonus token, so the output is distributed exactly as ``generate(target, ...)``'s, and at
     ``temperature=0`` it is the same tokens. An iteration drafts at most the tokens still
     needed, so a large ``k`` costs nothing extra. ``timings=True`` fills
-    ``SpecStats.seconds`` (draft, target, verify, rest); ``on_iteration(ids, target_cache,
+    ``SpecStats.seconds`` (prefill, draft, target, verify, rest); ``on_iteration(ids, target_cache,
     draft_cache, accepted)``, if given, is called after every iteration with the committed
     ids so far (``draft_cache`` is the draft model's cache, ``None`` for other proposers).
     ``cuda_graphs=True`` replays the target's steps and the draft model's as CUDA graphs
@@ -135,7 +135,10 @@ def speculative_generate(
     R = None
     if not greedy:
         R = NoiseBlocks(V, max_new_tokens, block=_BLOCK, generator=generator, device=dev, host=host)
+    clock = devices.clock(dev) if timings else None
+    t_pre = clock() if clock else 0.0  # the prefill: the proposer's start and the target's
     proposer.start(out, n, smp, generator, max_new_tokens, k)
+    t_pre = (clock() - t_pre) if clock else 0.0
     if policy is not None:
         policy.start(k)
     verify_row = block_verify_row if verify == "block" else rejection_sample_row
@@ -149,11 +152,13 @@ def speculative_generate(
     tc = step.cache
     w = target.lm_head.weight
     if n > 1:  # prefill everything but the pending last token
+        t0 = clock() if clock else 0.0
         target(out[None, : n - 1], tc)
+        t_pre += (clock() - t0) if clock else 0.0
     # The target's input: the pending token followed by the drafts, written in place.
     feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)
     drafts = feed[0, 1:]
-    clock = devices.clock(dev) if timings else None
+    feeds = [feed[:, : j + 1] for j in range(k + 1)]  # the call's input for kk drafts
     spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
     it = drafted = rejections = 0
     accepted = stats.accepted_per_iteration
@@ -172,9 +177,9 @@ def speculative_generate(
         t1 = clock() if clock else 0.0
         # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
         if observe is None:
-            logits = step(feed[:, : kk + 1])
+            logits = step(feeds[kk])
         else:  # the same arithmetic as the eager step, with the features passed on first
-            hidden = target.decode_hidden(feed[:, : kk + 1], tc)[0]
+            hidden = target.decode_hidden(feeds[kk], tc)[0]
             observe(hidden, n - 1)
             logits = F.linear(hidden, w)
         t2 = clock() if clock else 0.0
@@ -193,7 +198,7 @@ def speculative_generate(
             p = (smp.logits(logits) if processed else logits).softmax(-1)
             # The drafts as the verifier reads them: a NumPy view on a CPU (token rule).
             xs = drafts_h[:kk] if drafts_h is not None else drafts[:kk]
-            new, a = verify_row(xs, q, p, U[it], R.take(1)[0])
+            new, a = verify_row(xs, q, p, U[it], R.row())
         t3 = clock() if clock else 0.0
         if host:  # NumPy writes: a tensor's item assignment costs microseconds each
             if a:
@@ -223,6 +228,7 @@ def speculative_generate(
     stats.rejections = rejections
     stats.emitted = max_new_tokens
     if timings:
+        spent["prefill"] = t_pre
         spent["rest"] = time.perf_counter() - wall0 - sum(spent.values())
         stats.seconds = spent
     return out, stats
