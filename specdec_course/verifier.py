@@ -351,9 +351,9 @@ def rejection_sample_row(
 ) -> tuple[list[int], int]:
     """One row of :func:`rejection_sample`, for a batch-1 decoding loop: same rule, same tokens.
 
-    ``draft_ids`` int64 ``[k]`` (``k >= 0``, no ``-1``; with CPU tensors also a NumPy
-    array), ``draft_probs`` ``[k, V]`` or
-    ``None`` (one-hot drafts), ``target_probs`` ``[k + 1, V]`` (contiguous), ``uniforms`` a
+    ``draft_ids`` int64 ``[k]`` (``k >= 0``, no ``-1``), ``draft_probs`` ``[k, V]`` or
+    ``None`` (one-hot drafts), ``target_probs`` ``[k + 1, V]`` (contiguous; on a CPU each
+    of these may also be a NumPy array over the same memory), ``uniforms`` a
     sequence of at least ``k`` Python floats in (0, 1] (float64 values), ``exp_noise``
     float32 ``[V]`` (a tensor; a NumPy array with CPU tensors). Returns ``(new_ids,
     num_accepted)``: the ``num_accepted`` accepted drafts followed by the one recovered or
@@ -374,7 +374,7 @@ def rejection_sample_row(
     float32 subtraction, clamp, division and first-index argmax are the same IEEE
     operations as the tensors', so the tokens are the same (tests pin both paths).
     """
-    if target_probs.device.type == "cpu":
+    if isinstance(target_probs, np.ndarray) or target_probs.device.type == "cpu":
         return _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise)
     return _row_tensors(draft_ids, draft_probs, target_probs, uniforms, exp_noise)
 
@@ -420,20 +420,24 @@ def _row_tensors(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
 
 def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
     # rejection_sample_row on CPU tensors, through NumPy views of their memory (no copies).
-    P = target_probs.numpy()
+    P = target_probs if isinstance(target_probs, np.ndarray) else target_probs.numpy()
     E = exp_noise if isinstance(exp_noise, np.ndarray) else exp_noise.numpy()
     k = draft_ids.shape[0]
     xs = draft_ids.tolist()
-    Q = None if draft_probs is None else draft_probs.numpy()
+    Q = draft_probs
+    if Q is not None and not isinstance(Q, np.ndarray):
+        Q = Q.numpy()
     a = 0
     while a < k:  # the accept test u * q(x) <= p(x), on float64 values as the batched rule
         x = xs[a]
-        px = float(P[a, x])
-        if px > 0.0 and uniforms[a] * (1.0 if Q is None else float(Q[a, x])) <= px:
+        px = P.item(a, x)  # .item: a Python float in one call
+        if px > 0.0 and uniforms[a] * (1.0 if Q is None else Q.item(a, x)) <= px:
             a += 1
         else:
             break
-    p_a = P[a].astype(np.float32, copy=False)
+    # (Each NumPy call here runs just after the target's forward, with cold caches: a few
+    # microseconds each, so the float32 rows are read as they are, without a no-op astype.)
+    p_a = P[a] if P.dtype == np.float32 else P[a].astype(np.float32)
     if a == k:  # every draft accepted: the bonus token, a race over p itself
         return xs + [int((p_a / E).argmax())], a
     if Q is None:  # one-hot draft: the residual is p with the draft's column zeroed
@@ -443,9 +447,9 @@ def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
         # p - q in float32, as the batched rule and the kernel compute it. The clamp at 0 is
         # left out: where the residual is 0 the score is <= 0 and cannot win once some
         # score is positive, and the positive scores are the clamped rule's own.
-        w = p_a - Q[a].astype(np.float32, copy=False)
+        w = p_a - (Q[a] if Q.dtype == np.float32 else Q[a].astype(np.float32))
     scores = w / E
     j = int(scores.argmax())
-    if not scores[j] > 0.0:  # no residual mass (p == q up to rounding): race over p itself
+    if not scores.item(j) > 0.0:  # no residual mass (p == q up to rounding): race over p
         j = int((p_a / E).argmax())
     return xs[:a] + [j], a

@@ -96,7 +96,7 @@ def test_chi_square_flags_resampling_from_the_target(pair, tok, monkeypatch):
     def resample_from_p(draft_ids, q, p, uniforms, e):
         new, a = real(draft_ids, q, p, uniforms, e)
         if a < draft_ids.shape[0]:  # a rejection: the naive rule draws from p, not the residual
-            new[a] = int((p[a].float() / torch.as_tensor(e)).argmax())
+            new[a] = int((torch.as_tensor(p[a]).float() / torch.as_tensor(e)).argmax())
         return new, a
 
     monkeypatch.setattr(speculative, "rejection_sample_row", resample_from_p)

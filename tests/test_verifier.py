@@ -317,7 +317,7 @@ def _row_cases(seed: int, V: int = 17):
         yield drafts, q, p, u, e
 
 
-@pytest.mark.parametrize("path", ["host", "tensors", "host, float64"])
+@pytest.mark.parametrize("path", ["host", "tensors", "host, float64", "host, arrays"])
 def test_batch_one_path_emits_the_tokens_of_the_batched_verifier(path):
     # One semantics, three implementations: for the same random numbers, the same tokens.
     # "host" is the NumPy path CPU tensors take (noise as an array, as the loop passes it),
@@ -336,7 +336,9 @@ def test_batch_one_path_emits_the_tokens_of_the_batched_verifier(path):
                 exp_noise=e,
             )
             noise = e[0] if path == "tensors" else e[0].numpy()
-            ids = drafts.numpy() if path == "host" else drafts  # the loop passes NumPy views
+            ids = drafts.numpy() if path in ("host", "host, arrays") else drafts  # as the loop
+            if path == "host, arrays":  # p and q as NumPy views too, as the loop passes them
+                p, q = p.numpy(), None if q is None else q.numpy()
             new, a = row(ids, q, p, u[0].tolist(), noise)
             m = int(ref.num_accepted[0])
             assert a == m and new == ref.token_ids[0, : m + 1].tolist(), (k, new, ref)

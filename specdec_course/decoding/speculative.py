@@ -159,12 +159,22 @@ def speculative_generate(
     feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)
     drafts = feed[0, 1:]
     feeds = [feed[:, : j + 1] for j in range(k + 1)]  # the call's input for kk drafts
+    # p for kk drafts is written into probs[kk] (no allocation per iteration); xs[kk] are
+    # the drafts as the verifier reads them (NumPy views on a CPU, for the token rule).
+    pdt = target.lm_head.weight.dtype
+    probs = torch.empty(k + 1, V, dtype=pdt, device=dev)
+    probs = [probs[: j + 1] for j in range(k + 1)]
+    # The token rule reads p and q through NumPy views on a CPU: p's are made once here;
+    # q's is remade only when the proposer returns another tensor (the n-gram draft returns
+    # views of one buffer, the draft model a new softmax each time).
+    probs_h = [t.numpy() for t in probs] if host and verify == "token" else None
+    q_last = q_h = None
     spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
     it = drafted = rejections = 0
     accepted = stats.accepted_per_iteration
     feed[0, 0] = out[n - 1]
     out_h, feed_h = (out.numpy(), feed.numpy()) if host else (None, None)
-    drafts_h = feed_h[0, 1:] if host and verify == "token" else None
+    xs = [(feed_h[0, 1:] if host and verify == "token" else drafts)[:j] for j in range(k + 1)]
     processed = smp.changes_logits  # temperature 1, no filters: the logits are p's own
     while n < end:
         t0 = clock() if clock else 0.0
@@ -189,16 +199,23 @@ def speculative_generate(
             best = logits.argmax(-1).tolist()
             a = 0
             if kk:
-                dl = drafts[:kk].tolist()
+                dl = xs[kk].tolist()
                 while a < kk and dl[a] == best[a]:
                     a += 1
             new = best[:a] if not kk else dl[:a]
             new.append(best[a])
         else:
-            p = (smp.logits(logits) if processed else logits).softmax(-1)
-            # The drafts as the verifier reads them: a NumPy view on a CPU (token rule).
-            xs = drafts_h[:kk] if drafts_h is not None else drafts[:kk]
-            new, a = verify_row(xs, q, p, U[it], R.row())
+            x = smp.logits(logits) if processed else logits
+            if x.dtype != pdt:  # (filters compute in float32: a float64 model's logits)
+                new, a = verify_row(xs[kk], q, x.softmax(-1), U[it], R.row())
+            else:
+                p = torch.softmax(x, -1, out=probs[kk])
+                if probs_h is not None:
+                    p = probs_h[kk]
+                    if q is not None and q is not q_last:
+                        q_last, q_h = q, q.numpy()
+                    q = None if q is None else q_h
+                new, a = verify_row(xs[kk], q, p, U[it], R.row())
         t3 = clock() if clock else 0.0
         if host:  # NumPy writes: a tensor's item assignment costs microseconds each
             if a:
