@@ -2,7 +2,8 @@
 
 ``bench.verifier``: the Triton verifier against the PyTorch reference on a CUDA GPU, against
 the memory roofline (its byte model is in that module's docstring). ``bench.speedup``: plain
-against speculative decoding (and Medusa), beside the theory's predictions. ``bench.gpu``:
+against speculative decoding (and Medusa), beside the theory's predictions; ``bench.forward``
+the cost of one cached forward over 1 to 16 new tokens. ``bench.gpu``:
 both on a GPU in one check (``specdec-course bench gpu``), stored for machines without one.
 ``bench.beyond``: dynamic draft length, the batch-size regime and block verification.
 ``bench.eagle``: the EAGLE-style draft against the draft model.
@@ -14,6 +15,8 @@ from .compare import *  # noqa: F403
 from .compare import __all__ as _compare_all
 from .eagle import *  # noqa: F403
 from .eagle import __all__ as _eagle_all
+from .forward import *  # noqa: F403
+from .forward import __all__ as _forward_all
 from .gpu import *  # noqa: F403
 from .gpu import __all__ as _gpu_all
 from .speedup import *  # noqa: F403
@@ -21,4 +24,12 @@ from .speedup import __all__ as _speedup_all
 from .verifier import *  # noqa: F403
 from .verifier import __all__ as _verifier_all
 
-__all__ = [*_verifier_all, *_speedup_all, *_compare_all, *_gpu_all, *_beyond_all, *_eagle_all]
+__all__ = [
+    *_verifier_all,
+    *_forward_all,
+    *_speedup_all,
+    *_compare_all,
+    *_gpu_all,
+    *_beyond_all,
+    *_eagle_all,
+]

@@ -102,7 +102,8 @@ def _speedup(dry: bool, dev: torch.device, machine: str, out: Path, progress: bo
     from ..medusa import load_heads
     from ..model import load_pretrained
     from ..ngram import NgramDraft
-    from .speedup import forward_costs, measure_speedup, save_speedup_results, validation_prompts
+    from .forward import forward_costs
+    from .speedup import measure_speedup, save_speedup_results, validation_prompts
 
     cfg = DRY_SPEEDUP if dry else GPU_SPEEDUP
     target = load_pretrained("target", device=dev)

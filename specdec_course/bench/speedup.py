@@ -29,10 +29,7 @@ from .records import newest_record
 
 __all__ = [
     "SPEEDUP_KS",
-    "FORWARD_SIZES",
     "SPLIT",
-    "time_forward",
-    "forward_costs",
     "validation_prompts",
     "measure_speedup",
     "format_speedup_table",
@@ -103,75 +100,6 @@ def save_speedup_results(
 
 
 SPEEDUP_KS = tuple(range(1, 9))
-FORWARD_SIZES = (1, 2, 4, 8, 16)  # the sizes `bench speedup` prints
-
-
-def _forward_timer(model, n_new: int, context: int, draft: bool = False):
-    """A function that runs one cached step over ``n_new`` tokens (the step the loops take,
-    logits included) and returns seconds: the model's ``lean_step``, or with ``draft`` and
-    one token its ``draft_step`` (a one-layer draft's ``model.folded.FoldedStep``)."""
-    dev = model.lm_head.weight.device
-    clock = devices.clock(dev)
-    ids = torch.randint(
-        model.config.vocab_size, (context + n_new,), generator=torch.Generator().manual_seed(0)
-    ).to(dev)
-    lean = model.draft_step() if draft and n_new == 1 else model.lean_step()
-    cache = lean.new_cache()
-    with torch.inference_mode():
-        lean.feed(ids[:context], cache)
-    new = ids[context:]
-    out = torch.empty(n_new, model.config.vocab_size, device=dev)
-
-    @devices.with_native_cpu_kernels  # as the decoding loops run it
-    @torch.inference_mode()
-    def once() -> float:
-        cache.crop(context)
-        t0 = clock()
-        lean.step(new, cache, out)
-        return clock() - t0
-
-    return once
-
-
-def time_forward(model, n_new: int, *, context: int = 64, repeats: int = 200) -> float:
-    """Median seconds of one cached forward over ``n_new`` new tokens after ``context`` ones."""
-    import statistics
-
-    once = _forward_timer(model, n_new, context)
-    for _ in range(10):  # warm up allocator and caches
-        once()
-    return statistics.median(once() for _ in range(repeats))
-
-
-def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dict:
-    """Cost of one cached forward over 1, 2, 4, ... new tokens, for both models.
-
-    The sizes and models are timed round-robin (one call each per round, ``repeats``
-    rounds) and the median per size is kept, so a slow moment of the machine hits all of
-    them alike. Returns ``{"sizes", "target_s", "draft_s", "target_rel", "c"}``: seconds
-    per call, the target's cost relative to one token (1.0 = extra tokens are free: the
-    memory-bound premise), and ``c`` = draft call / target call for one token.
-    """
-    import statistics
-
-    sizes = list(sizes)
-    timers = [(_forward_timer(target, n, 64), _forward_timer(draft, n, 64, True)) for n in sizes]
-    runs = [([], []) for _ in sizes]
-    for r in range(repeats + 10):
-        for (tt, dt), (ts, ds) in zip(timers, runs):
-            a, b = tt(), dt()
-            if r >= 10:  # the first rounds warm up allocator and caches
-                ts.append(a)
-                ds.append(b)
-    t = [statistics.median(ts) for ts, _ in runs]
-    d = [statistics.median(ds) for _, ds in runs]
-    return {
-        "sizes": sizes,
-        "target_s": t,
-        "draft_s": d,
-        "target_rel": [x / t[0] for x in t],
-        "c": d[0] / t[0],
-    }
 
 
 def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Tensor]:
