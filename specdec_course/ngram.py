@@ -296,18 +296,16 @@ class NgramDraft:
             self._views = (ids, out, ids.numpy(), out.numpy())
         return self._views[2], self._views[3]
 
-    def _next_row(self, r: int, t: int, code: int, length: int) -> int:
-        """Row after appending ``t`` to a context whose row is ``r`` (its new code and
-        length are ``code``, ``length``): memoized, since it depends on ``(r, t)`` alone."""
+    def _next_row(self, key: int, code: int, length: int) -> int:
+        """Row after appending token ``t`` to a context whose row is ``r`` (``key = r * V +
+        t``; the new context's code and length are ``code``, ``length``), looked up and
+        memoized: ``propose`` reads the memo itself and calls this on a miss."""
         # Row r is the longest seen suffix s of the context. A seen suffix u + t of the new
         # context makes u a seen context (it occurred before t), so |u| <= |s|: the new row
         # is the longest seen suffix of s + t, whatever came before s.
-        key = r * self.vocab_size + t
-        nxt = self._next.get(key)
-        if nxt is None:
-            if len(self._next) >= _NEXT_CACHE:
-                self._next.clear()
-            nxt = self._next[key] = self._row(code, length)
+        if len(self._next) >= _NEXT_CACHE:
+            self._next.clear()
+        nxt = self._next[key] = self._row(code, length)
         return nxt
 
     def propose(self, ids, n, k, out):
@@ -334,8 +332,9 @@ class NgramDraft:
                 if L:
                     code = (code * V + t) % mod
                     length = min(length + 1, L)
-                nxt = memo.get(r * V + t)
-                r = self._next_row(r, t, code, length) if nxt is None else nxt
+                key = r * V + t
+                nxt = memo.get(key)
+                r = self._next_row(key, code, length) if nxt is None else nxt
         if host:
             out_np[:k] = toks
             return k, (self._qviews[k] if keep else None)

@@ -420,13 +420,10 @@ def _row_tensors(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
 
 def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
     # rejection_sample_row on CPU tensors, through NumPy views of their memory (no copies).
-    P = target_probs if isinstance(target_probs, np.ndarray) else target_probs.numpy()
-    E = exp_noise if isinstance(exp_noise, np.ndarray) else exp_noise.numpy()
+    P, E = _array(target_probs), _array(exp_noise)
     k = draft_ids.shape[0]
     xs = draft_ids.tolist()
-    Q = draft_probs
-    if Q is not None and not isinstance(Q, np.ndarray):
-        Q = Q.numpy()
+    Q = None if draft_probs is None else _array(draft_probs)
     a = 0
     while a < k:  # the accept test u * q(x) <= p(x), on float64 values as the batched rule
         x = xs[a]
@@ -453,3 +450,8 @@ def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
     if not scores.item(j) > 0.0:  # no residual mass (p == q up to rounding): race over p
         j = int((p_a / E).argmax())
     return xs[:a] + [j], a
+
+
+def _array(t):
+    # A NumPy view of a CPU tensor's memory (an array passes as it is).
+    return t if isinstance(t, np.ndarray) else t.numpy()

@@ -161,7 +161,9 @@ def speculative_generate(
     feeds = [feed[:, : j + 1] for j in range(k + 1)]  # the call's input for kk drafts
     # p for kk drafts is written into probs[kk] (no allocation per iteration); xs[kk] are
     # the drafts as the verifier reads them (NumPy views on a CPU, for the token rule).
-    pdt = target.lm_head.weight.dtype
+    pdt = w.dtype  # in the dtype the processed logits take (filters compute in float32)
+    if smp.changes_logits and not greedy:
+        pdt = smp.logits(torch.zeros(1, V, dtype=w.dtype, device=dev)).dtype
     probs = torch.empty(k + 1, V, dtype=pdt, device=dev)
     probs = [probs[: j + 1] for j in range(k + 1)]
     # The token rule reads p and q through NumPy views on a CPU: p's are made once here;
@@ -205,17 +207,13 @@ def speculative_generate(
             new = best[:a] if not kk else dl[:a]
             new.append(best[a])
         else:
-            x = smp.logits(logits) if processed else logits
-            if x.dtype != pdt:  # (filters compute in float32: a float64 model's logits)
-                new, a = verify_row(xs[kk], q, x.softmax(-1), U[it], R.row())
-            else:
-                p = torch.softmax(x, -1, out=probs[kk])
-                if probs_h is not None:
-                    p = probs_h[kk]
-                    if q is not None and q is not q_last:
-                        q_last, q_h = q, q.numpy()
-                    q = None if q is None else q_h
-                new, a = verify_row(xs[kk], q, p, U[it], R.row())
+            p = torch.softmax(smp.logits(logits) if processed else logits, -1, out=probs[kk])
+            if probs_h is not None:
+                p = probs_h[kk]
+                if q is not None and q is not q_last:
+                    q_last, q_h = q, q.numpy()
+                q = None if q is None else q_h
+            new, a = verify_row(xs[kk], q, p, U[it], R.row())
         t3 = clock() if clock else 0.0
         if host:  # NumPy writes: a tensor's item assignment costs microseconds each
             if a:
