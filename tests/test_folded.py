@@ -90,7 +90,7 @@ def test_the_cache_holds_keys_and_projected_values(model):
     torch.testing.assert_close(cache.k[:12], keys, atol=ATOL, rtol=0)
     torch.testing.assert_close(cache.v[:12], vp, atol=ATOL, rtol=0)
     # A cache that disagrees is caught by caches_consistent.
-    cache.kv[3, 0] += 1.0
+    cache.k[3, 0] += 1.0
     assert not decoding.caches_consistent(model, cache, x)
 
 

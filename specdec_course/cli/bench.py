@@ -52,6 +52,14 @@ def add_parser(sub) -> None:
     )
     s.add_argument("--quick", action="store_true", help="k = 1 ... 4 only, fewer repeats")
     s.add_argument(
+        "--target-executor",
+        choices=["torch", "numpy"],
+        default="torch",
+        help="run the target's steps as tensor ops (the loops' default) or in NumPy "
+        "(model.host), in plain and speculative decoding alike; numpy writes "
+        "speedup_cpu_numpy.{json,png} (default: torch)",
+    )
+    s.add_argument(
         "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
     )
     s.set_defaults(run=run)
@@ -194,6 +202,14 @@ def _speedup(args) -> int:
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
     wanted = {"all": ("draft", "ngram", "distilled", "medusa")}.get(args.method, (args.method,))
+    if args.target_executor == "numpy" and "medusa" in wanted:
+        if args.method == "medusa":
+            raise ValueError(
+                "--target-executor numpy times chain drafts only: Medusa's tree passes run "
+                "as tensor ops (LeanStep.hidden); measure Medusa with the torch executor"
+            )
+        wanted = tuple(m for m in wanted if m != "medusa")
+        print("--target-executor numpy: Medusa left out (its tree passes are tensor ops)")
     drafts = {}
     if "draft" in wanted:
         drafts["draft"] = load_pretrained("draft")
@@ -212,6 +228,9 @@ def _speedup(args) -> int:
         heads = load_heads(target=target)
     temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
     ks = (1, 2, 3, 4) if args.quick else bench.SPEEDUP_KS
+    numpy_target = args.target_executor == "numpy"
+    if numpy_target:  # every target step, in both arms: plain and speculative decoding
+        target.lean_step().use_numpy()
     costs = bench.forward_costs(target, drafts.get("draft", target))
     print("cost of one cached forward (median):")
     for n, t, rel in zip(costs["sizes"], costs["target_s"], costs["target_rel"]):
@@ -237,7 +256,10 @@ def _speedup(args) -> int:
     )
     if args.repeats is not None:
         command += f" --repeats {args.repeats}"
-    for path in bench.save_speedup_results(costs, results, command, args.out):
+    if numpy_target:
+        command += " --target-executor numpy"
+    name = "speedup_cpu_numpy" if numpy_target else None
+    for path in bench.save_speedup_results(costs, results, command, args.out, name=name):
         print(f"wrote {path}")
     return 0
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from ..model import CharGPT, check_model
@@ -148,6 +149,13 @@ class ModelProposer:
         host = self.steps is None and w.device.type == "cpu"
         host = host and w.dtype in (torch.float32, torch.float64)  # dtypes NumPy has
         self._logits_np = self.logits.numpy() if host else None
+        # The draft's NumPy step, where it has one (model.host: a one-layer CPU draft), and
+        # the buffer its q is written into (a tensor view per k, made once).
+        self._host = getattr(self.lean, "host", None) if host else None
+        if self._host is not None:
+            q = torch.empty(max(k, 1), V, dtype=w.dtype)
+            self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
+            self._ones = np.ones(V, self._q_np.dtype)
         self.noise = draft_noise(sampling, generator, max_new_tokens, k, V, w.device, host)
         self.calls = 0
         self._views_of = None
@@ -162,6 +170,8 @@ class ModelProposer:
             ]
             self._views_of = out
             self._out_np = out.numpy() if self._logits_np is not None else None
+            if self._out_np is None:
+                self._host = None  # the NumPy step writes its drafts through this view
         return self._view_list
 
     def propose(self, ids, n, k, out):
@@ -175,6 +185,9 @@ class ModelProposer:
         # drafts; for a one-layer draft feeding one is writing its keys and values.
         for m in range(cache.length, n - 1):
             lean.feed(ids[m : m + 1], cache)
+        host = self._host
+        if host is not None and p_min is None:
+            return self._propose_host(host, int(ids[n - 1]), k, noise)
         lean.step(ids[n - 1 : n], cache, views[0][0])
         lg_np, out_np = self._logits_np, self._out_np
         for j in range(k):
@@ -193,6 +206,27 @@ class ModelProposer:
             if j + 1 < k:
                 lean.step(slot, cache, views[j + 1][0])
         return k, (None if noise is None else self.logits[:k].softmax(-1))
+
+    def _propose_host(self, host, tok: int, k: int, noise):
+        # propose() with the NumPy step (model.host.HostFolded): logits rows, the drafts and
+        # the noise are all NumPy views; the same first-index argmax as torch's. q is the
+        # softmax of the same processed logits, in NumPy into one buffer, returned as the
+        # same tensor view for the same k (the loop then reuses its NumPy view of it).
+        cache, lg, out, views = self.cache, self._logits_np, self._out_np, self._view_list
+        for j in range(k):
+            host.step(tok, cache, lg[j])
+            if self.processed:
+                row = views[j][0]
+                row.copy_(self.sampling.logits(row))
+            tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
+            out[j] = tok
+        if noise is None:
+            return k, None
+        q = self._q_np[:k]
+        np.subtract(lg[:k], lg[:k].max(axis=1, keepdims=True), out=q)
+        np.exp(q, out=q)  # -inf logits (filtered out) give 0
+        q /= (q @ self._ones)[:, None]
+        return k, self._q_views[k]
 
     def _propose_graphed(self, ids, n, k, out):
         # propose() with each step a graph replay that returns the logits themselves.

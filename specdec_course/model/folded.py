@@ -13,7 +13,7 @@ and value that way; a one-layer model allows three more folds, each exact algebr
 - the query is stored multiplied by ``1 / sqrt(head_dim)``, softmax's scale;
 - the residual input is stored with the projection's bias added.
 
-A step is then: one cache write (the row's key and projected values, side by side), ``bmm``,
+A step is then: one cache write (the row's key and projected values), ``bmm``,
 ``softmax``, ``bmm``, one ``addmm`` that sums the heads onto the residual (a row of ones
 times ``[n_head, n_embd]``), and the MLP and head of ``LeanStep`` (``lean.mlp_residual``:
 its GELU in two ops). Both ``bmm`` read the cache through strided views, no copy. On a
@@ -22,10 +22,24 @@ than ``LeanStep``'s one-token step (``scaled_dot_product_attention`` alone costs
 than the two ``bmm``). A deeper model cannot fold this way: its later layers' values
 depend on the whole context, so the plain baseline is not owed this saving.
 
-The cache is a ``FoldedCache``: one row per position, its key (``n_embd`` numbers, head by
-head) followed by its projected values (``n_head * n_embd``), with ``KVCache``'s ``length``
-and ``crop`` (rollback is still a pointer move). The tables hold ``3 + n_head`` times
-``n_embd`` floats per (position, token): 37 MB for the shipped draft.
+On a CPU, for the float dtypes NumPy has, the step runs in NumPy on the same memory (NumPy
+views of the tables and the cache): a NumPy call on a few hundred floats costs one to two
+microseconds, a tensor op four or more, and a step is some twenty-five calls. Two more
+exact folds make that count: each LayerNorm's weight and bias are folded into the
+projection after it (``LN(x) @ W + c = rstd * ((x - mean) @ (w * W)) + (b @ W + c)``), and
+the attention's scores skip softmax's max subtraction when the tables bound them (``|q . k|
+<= max |q| * max |k|`` below 60, far from float32's overflow; a larger bound subtracts the
+max as softmax does). The key is scored for every head at once against a block-diagonal
+``[n_embd, n_head]`` matrix of the query, and the weights times the projected values sum
+heads and positions in one product. That is about half the tensor step's time on the
+shipped draft; the tensor step stays for dtypes NumPy lacks. A deeper model cannot fold
+this way, and the baseline is not owed the NumPy executor either: it only pays for a model
+whose step is a table look-up and one attention (the note in ``decoding.proposer``).
+
+The cache is a ``FoldedCache``: per position its key (``n_embd`` numbers, head by head, in
+``k``) and its projected values (``n_head * n_embd``, in ``v``), with ``KVCache``'s
+``length`` and ``crop`` (rollback is still a pointer move). The tables hold ``3 + n_head``
+times ``n_embd`` floats per (position, token): 37 MB for the shipped draft.
 The logits agree with ``decode_hidden``'s to rounding (tests bound the difference); the
 draft reports the ``q`` it computes, so a draft's exactness does not depend on that.
 """
@@ -36,23 +50,23 @@ import torch
 from torch.nn import functional as F
 
 from .cache import KVCache
+from .host import HostFolded, host_ok
 from .lean import mlp_residual
 
 __all__ = ["FoldedCache", "FoldedStep"]
 
 
 class FoldedCache(KVCache):
-    """A ``FoldedStep``'s batch-1 cache: ``kv`` ``[block_size, (1 + n_head) * n_embd]``, per
-    position the key (``k``, a view ``[block_size, n_embd]``, head by head) and the values
-    times the output projection (``v``, a view ``[block_size, n_head * n_embd]``, head by
-    head); ``length``, and ``KVCache``'s ``crop`` and ``reset``."""
+    """A ``FoldedStep``'s batch-1 cache: per position the key (``k`` ``[block_size,
+    n_embd]``, head by head) and the values times the output projection (``v``
+    ``[block_size, n_head * n_embd]``, head by head); ``length``, and ``KVCache``'s ``crop``
+    and ``reset``."""
 
     def __init__(self, config, *, dtype: torch.dtype = torch.float32, device=None):
-        C = config.n_embd
+        C, S = config.n_embd, config.block_size
         self.config = config
-        W = (1 + config.n_head) * C
-        self.kv = torch.zeros(config.block_size, W, dtype=dtype, device=device)
-        self.k, self.v = self.kv[:, :C], self.kv[:, C:]
+        self.k = torch.zeros(S, C, dtype=dtype, device=device)
+        self.v = torch.zeros(S, config.n_head * C, dtype=dtype, device=device)
         self.length = 0
 
     @property
@@ -61,7 +75,7 @@ class FoldedCache(KVCache):
 
     @property
     def capacity(self) -> int:
-        return self.kv.shape[0]
+        return self.k.shape[0]
 
     def __repr__(self) -> str:
         return f"FoldedCache(length={self.length}, capacity={self.capacity})"
@@ -98,6 +112,7 @@ class FoldedStep:
         self.mlp = (l2w, l2b, fw, fb, f2w, f2b)
         self.lnf_w, self.lnf_b, self.w_t = lean.lnf_w, lean.lnf_b, lean.w_t
         self.ones = torch.ones(1, nh, dtype=t.dtype, device=t.device)  # sums the heads
+        self.host = HostFolded(self) if host_ok(t) else None  # the NumPy step (model.host)
 
     def new_cache(self) -> FoldedCache:
         """An empty cache for this step's model."""
@@ -107,23 +122,35 @@ class FoldedStep:
         """Extend ``cache`` by ``tok`` (int64 ``[T]``) without computing logits."""
         start = cache.length
         end = start + tok.shape[0]
-        if end == start + 1:  # one token (a draft's catch-up): a row, not an index tensor
-            cache.kv[start].copy_(self.kv[start * self.V + int(tok)])
+        C = self.C
+        if end == start + 1 and self.host is not None:  # one token (a draft's catch-up)
+            self.host.feed(int(tok), cache)
+            return
+        if end == start + 1:  # one token: a row, not an index tensor
+            row = self.kv[start * self.V + int(tok)]
+            cache.k[start].copy_(row[:C])
+            cache.v[start].copy_(row[C:])
         else:
-            cache.kv[start:end] = self.kv.index_select(0, self.pos_v[start:end] + tok)
+            rows = self.kv.index_select(0, self.pos_v[start:end] + tok)
+            cache.k[start:end] = rows[:, :C]
+            cache.v[start:end] = rows[:, C:]
         cache.length = end
 
     def step(self, tok, cache: FoldedCache, out: torch.Tensor) -> None:
         """Extend ``cache`` by the one token ``tok``; write its logits ``[1, V]`` to ``out``."""
-        C, nh, hs, W = self.C, self.nh, self.hs, self.W
+        if self.host is not None:
+            self.host.step(int(tok), cache, out)
+            return
+        C, nh, hs = self.C, self.nh, self.hs
         pos = cache.length
         i = pos * self.V + int(tok)
-        kv = cache.kv
-        kv[pos].copy_(self.kv[i])
+        ck, cv = cache.k, cache.v
+        ck[pos].copy_(self.kv[i, :C])
+        cv[pos].copy_(self.kv[i, C:])
         end = pos + 1
-        keys = kv.as_strided((nh, hs, end), (hs, 1, W), kv.storage_offset())  # [nh, hs, L]
+        keys = ck.as_strided((nh, hs, end), (hs, 1, C), ck.storage_offset())  # [nh, hs, L]
         a = torch.bmm(self.q[i].view(nh, 1, hs), keys).softmax(-1)
-        values = kv.as_strided((nh, end, C), (C, W, 1), kv.storage_offset() + C)  # [nh, L, C]
+        values = cv.as_strided((nh, end, C), (C, nh * C, 1), cv.storage_offset())  # [nh, L, C]
         y = torch.bmm(a, values)  # [nh, 1, C]: each head's output, already projected
         x = torch.addmm(self.x[i], self.ones, y.view(nh, C))  # [1, C]
         x = mlp_residual(x, C, *self.mlp)

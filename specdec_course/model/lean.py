@@ -37,6 +37,7 @@ import torch
 from torch.nn import functional as F
 
 from .cache import KVCache
+from .host import HostStep, host_ok
 
 __all__ = ["LeanStep"]
 
@@ -75,6 +76,23 @@ class LeanStep:
         self.one_layer = cfg.n_layer == 1
         self.config, self.dtype, self.device = cfg, wte.dtype, wte.device
         self._cache = self._kv = None
+        self.host = None  # the NumPy step (model.host), when use_numpy() turned it on
+
+    def use_numpy(self, on: bool = True) -> None:
+        """Run ``step`` in NumPy (``model.host.HostStep``) from now on, or, with ``on=False``,
+        as tensor ops again. Off by default: the decoding loops' target steps are the tensor
+        steps, in plain and speculative decoding alike; ``bench speedup --target-executor
+        numpy`` turns it on for both to measure what a leaner target step does to the ratio.
+        Raises ValueError for a model off the CPU or of a dtype NumPy lacks."""
+        if not on:
+            self.host = None
+        elif self.host is None:
+            if not host_ok(self.w_t):
+                raise ValueError(
+                    "the NumPy step needs a CPU model of dtype float32 or float64; this one "
+                    f"is {self.w_t.dtype} on {self.w_t.device}"
+                )
+            self.host = HostStep(self)
 
     def new_cache(self) -> KVCache:
         """An empty batch-1 cache for this step's model."""
@@ -114,6 +132,9 @@ class LeanStep:
 
     def step(self, tok: torch.Tensor, cache: KVCache, out: torch.Tensor | None) -> None:
         """Extend ``cache`` by ``tok`` (int64 ``[T]``); write the logits ``[T, V]`` to ``out``."""
+        if self.host is not None:
+            self.host.step(tok, cache, out)
+            return
         h = self.hidden(tok, cache, None, None, need=out is not None)
         if out is not None:
             torch.mm(h, self.w_t, out=out)
