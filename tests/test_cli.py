@@ -168,6 +168,19 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     assert f"reaches {ngram['measured_speedup']:.2f}x (k = {ngram['k']})" in readme
     draft = bench.best_row(t1, "draft")
     assert f"gains at most {draft['measured_speedup']:.2f}x there (k = {draft['k']})" in readme
+    # ... and the same with the target's steps in NumPy, in both runs (model.host).
+    lean = bench.load_speedup_results(name="speedup_cpu_numpy")
+    assert "--target-executor numpy" in lean["command"]
+    n1 = lean["results"][0]
+    assert n1["temperature"] == 1.0 and "medusa" not in n1
+    assert f"plain decoding then took {n1['plain_token_s'] * 1e6:.0f} µs per character" in readme
+    assert f"({t1['plain_token_s'] * 1e6:.0f} in the tensor run above)" in readme
+    best = {m: bench.best_row(n1, m)["measured_speedup"] for m in ("distilled", "ngram", "draft")}
+    assert (
+        f"fall to {best['distilled']:.2f}x (distilled), {best['ngram']:.2f}x (n-gram) and "
+        f"{best['draft']:.2f}x (draft model)" in readme
+    )
+    assert min(best.values()) > 1.0  # "though it still wins"
 
 
 # ----------------------------------------------------------------------------- generate

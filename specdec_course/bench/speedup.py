@@ -426,11 +426,15 @@ def plot_time_split(results, methods=None):
     return fig
 
 
-def load_speedup_results(directory: str | Path | None = None) -> dict:
-    """The stored ``bench speedup`` record (``data/results/speedup_cpu.json``)."""
-    path = Path(directory or results_dir()) / "speedup_cpu.json"
+def load_speedup_results(directory: str | Path | None = None, *, name: str = "speedup_cpu") -> dict:
+    """The stored ``bench speedup`` record (``data/results/speedup_cpu.json``; ``name=
+    "speedup_cpu_numpy"`` the one with the target's steps in NumPy, ``model.host``)."""
+    path = Path(directory or results_dir()) / f"{name}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run: specdec-course bench speedup --method all")
+        flag = " --target-executor numpy" if name.endswith("numpy") else ""
+        raise FileNotFoundError(
+            f"{path} not found; run: specdec-course bench speedup --method all{flag}"
+        )
     return json.loads(path.read_text())
 
 

@@ -100,11 +100,13 @@ class ModelProposer:
 
     Steps are the draft's ``draft_step()``: for a one-layer draft ``model.folded.FoldedStep``
     (one token; everything but the attention one look-up of a table, the output projection
-    folded into the cached values; logits written in place), else its ``lean_step``. The
-    draft cache is that step's (``ModelProposer.cache``; a ``FoldedCache`` for one layer).
-    Sampling is Gumbel-max over the processed logits, with one noise row per draft taken
-    from ``draft_noise``'s blocks (``k`` rows per proposal); ``q`` is the softmax of the same
-    processed logits, one op over all drafted rows. ``cuda_graphs=True`` replays each step
+    folded into the cached values; logits written in place; on a CPU it runs in NumPy,
+    ``model.host.HostFolded``), else its ``lean_step``. The draft cache is that step's
+    (``ModelProposer.cache``; a ``FoldedCache`` for one layer). Sampling is Gumbel-max over
+    the processed logits, with one noise row per draft taken from ``draft_noise``'s blocks
+    (``k`` rows per proposal); ``q`` is the softmax of the same processed logits over all
+    drafted rows (with the NumPy step, in NumPy into one buffer: ``q`` is then a view of it,
+    valid until the next proposal). ``cuda_graphs=True`` replays each step
     as a CUDA graph instead (``decoding.graphs``, without the look-up: the step is recorded
     whole); ``device`` is the model's.
     """

@@ -22,19 +22,14 @@ than ``LeanStep``'s one-token step (``scaled_dot_product_attention`` alone costs
 than the two ``bmm``). A deeper model cannot fold this way: its later layers' values
 depend on the whole context, so the plain baseline is not owed this saving.
 
-On a CPU, for the float dtypes NumPy has, the step runs in NumPy on the same memory (NumPy
-views of the tables and the cache): a NumPy call on a few hundred floats costs one to two
-microseconds, a tensor op four or more, and a step is some twenty-five calls. Two more
-exact folds make that count: each LayerNorm's weight and bias are folded into the
-projection after it (``LN(x) @ W + c = rstd * ((x - mean) @ (w * W)) + (b @ W + c)``), and
-the attention's scores skip softmax's max subtraction when the tables bound them (``|q . k|
-<= max |q| * max |k|`` below 60, far from float32's overflow; a larger bound subtracts the
-max as softmax does). The key is scored for every head at once against a block-diagonal
-``[n_embd, n_head]`` matrix of the query, and the weights times the projected values sum
-heads and positions in one product. That is about half the tensor step's time on the
-shipped draft; the tensor step stays for dtypes NumPy lacks. A deeper model cannot fold
-this way, and the baseline is not owed the NumPy executor either: it only pays for a model
-whose step is a table look-up and one attention (the note in ``decoding.proposer``).
+On a CPU, for the float dtypes NumPy has, the step runs in NumPy on the same memory
+(``model.host.HostFolded``: NumPy views of the tables and the cache), about half the tensor
+step's time: a NumPy call on a few hundred floats costs one to two microseconds, a tensor
+op four or more, and the step is some twenty-five calls. Two more exact folds keep that
+count down: each LayerNorm's weight and bias go into the projection after it, and the
+attention's scores skip softmax's max subtraction when the tables bound them. The tensor
+step stays for dtypes NumPy lacks. (The target's steps can run in NumPy too, in both arms
+of a comparison: ``model.host`` says how, and what it does to the speedups.)
 
 The cache is a ``FoldedCache``: per position its key (``n_embd`` numbers, head by head, in
 ``k``) and its projected values (``n_head * n_embd``, in ``v``), with ``KVCache``'s

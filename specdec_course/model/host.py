@@ -4,11 +4,19 @@ On a CPU at batch 1 a step of these models costs what dispatching its operations
 their arithmetic (lesson 04 section 5). A tensor op costs four microseconds or more before
 it computes anything; a NumPy call on a few hundred floats costs one to two. So the same
 step, written as NumPy calls on NumPy views of the same weights and the same cache, takes
-about half the time, although it needs more calls (NumPy has no fused LayerNorm, ``addmm``
-or attention). Both models get it, in every loop that takes ``LeanStep.step``: plain
-decoding (the baseline), the speculative loop's target call, and the one-layer draft's
-``FoldedStep``. The speedups the course reports are therefore speculation's over the
-fastest plain loop it has, not over a slower one.
+less time, although it needs more calls (NumPy has no fused LayerNorm, ``addmm`` or
+attention).
+
+Who gets it. The one-layer draft's ``FoldedStep`` runs in NumPy on a CPU by default
+(``HostFolded``: about half the tensor step's time): a draft may run on anything, as the
+n-gram drafts are tables. The target's steps stay tensor ops by default, and they are the
+same in both arms of every comparison (plain decoding, the speculative loop's call,
+Medusa's tree passes, which ``LeanStep.hidden`` runs as tensor ops). ``LeanStep.use_numpy()``
+moves the target's chain steps (``LeanStep.step``) to NumPy (``HostStep``), for plain and
+speculative decoding alike; ``bench speedup --target-executor numpy`` measures the
+speedups that way and stores them beside the default record. A leaner target step makes
+plain decoding faster and speculation's ratio smaller: the (k + 1)-token call then has
+less per-call cost to share out over its tokens (README's figures give both records).
 
 The arithmetic is ``LeanStep``'s with three more exact rearrangements:
 
@@ -24,8 +32,8 @@ The cache is the ``KVCache`` (or ``FoldedCache``) the tensor step uses, read and
 through NumPy views: a prefill by the tensor forward, a rollback, ``caches_consistent`` and
 the tree passes of ``LeanStep.hidden`` all see the same keys and values. The logits agree
 with the tensor step's to float32 rounding (tests bound the difference). It runs for the
-float dtypes NumPy has (float32, float64) on a CPU; ``host_step`` returns None otherwise and
-the tensor step runs. ``erf`` comes from ``scipy.special``.
+float dtypes NumPy has (float32, float64) on a CPU (``host_ok``); otherwise the tensor
+step runs. ``erf`` comes from ``scipy.special``.
 """
 
 from __future__ import annotations

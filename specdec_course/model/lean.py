@@ -19,7 +19,8 @@ drop most of the generality's ops:
 - the logits are written into the caller's buffer.
 
 Plain decoding (``decoding.generate``) and the speculative loop's target call use it, so
-the baseline gets every saving a target step can have; a one-layer draft takes
+the baseline gets every saving a tensor step can have (``use_numpy`` moves the chain steps
+to NumPy, ``model.host``, in both arms alike); a one-layer draft takes
 ``model.folded.FoldedStep``, which folds more into its table because nothing but one
 attention sits between the table and the logits (a saving no deeper model can make). The
 arithmetic is ``decode_hidden``'s, rearranged (the same operations in another order, the
