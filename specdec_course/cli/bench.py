@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
         default="torch",
         help="run the target's steps as tensor ops (the loops' default) or in NumPy "
         "(model.host), in plain and speculative decoding alike; numpy writes "
-        "speedup_cpu_numpy.{json,png} (default: torch)",
+        "speedup_cpu_numpy.{json,png}",
     )
     s.add_argument(
         "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
