@@ -23,13 +23,14 @@ than the two ``bmm``). A deeper model cannot fold this way: its later layers' va
 depend on the whole context, so the plain baseline is not owed this saving.
 
 On a CPU, for the float dtypes NumPy has, the step runs in NumPy on the same memory
-(``model.host.HostFolded``: NumPy views of the tables and the cache), about half the tensor
-step's time: a NumPy call on a few hundred floats costs one to two microseconds, a tensor
-op four or more, and the step is some twenty-five calls. Two more exact folds keep that
-count down: each LayerNorm's weight and bias go into the projection after it, and the
-attention's scores skip softmax's max subtraction when the tables bound them. The tensor
-step stays for dtypes NumPy lacks. (The target's steps can run in NumPy too, in both arms
-of a comparison: ``model.host`` says how, and what it does to the speedups.)
+(``model.host.HostFolded``: NumPy views of the tables and the cache), 0.5-0.8 of the tensor
+step's time in paired probes (it varies with the machine's state): a NumPy call on a few
+hundred floats costs one to two microseconds, a tensor op four or more, and the step is some
+twenty-five calls. Two more exact folds keep that count down: each LayerNorm's weight and
+bias go into the projection after it, and the attention's scores skip softmax's max
+subtraction when the tables bound them. The tensor step stays for dtypes NumPy lacks. (The
+target's steps can run in NumPy too, in both arms of a comparison: ``model.host`` says how,
+and what it does to the speedups.)
 
 The cache is a ``FoldedCache``: per position its key (``n_embd`` numbers, head by head, in
 ``k``) and its projected values (``n_head * n_embd``, in ``v``), with ``KVCache``'s

@@ -8,15 +8,18 @@ less time, although it needs more calls (NumPy has no fused LayerNorm, ``addmm``
 attention).
 
 Who gets it. The one-layer draft's ``FoldedStep`` runs in NumPy on a CPU by default
-(``HostFolded``: about half the tensor step's time): a draft may run on anything, as the
-n-gram drafts are tables. The target's steps stay tensor ops by default, and they are the
-same in both arms of every comparison (plain decoding, the speculative loop's call,
-Medusa's tree passes, which ``LeanStep.hidden`` runs as tensor ops). ``LeanStep.use_numpy()``
-moves the target's chain steps (``LeanStep.step``) to NumPy (``HostStep``), for plain and
-speculative decoding alike; ``bench speedup --target-executor numpy`` measures the
-speedups that way and stores them beside the default record. A leaner target step makes
-plain decoding faster and speculation's ratio smaller: the (k + 1)-token call then has
-less per-call cost to share out over its tokens (README's figures give both records).
+(``HostFolded``: 0.5-0.8 of the tensor step's time in paired probes on the course's CPU, as
+the machine's state varies; in the loop the target's next call, run with colder caches after
+the NumPy calls, gives part of that back: ``tools/probe_draft_step.py`` measures both): a
+draft may run on anything, as the n-gram drafts are tables. The target's steps stay tensor
+ops by default, and they are the same in both arms of every comparison (plain decoding, the
+speculative loop's call, Medusa's tree passes, which ``LeanStep.hidden`` runs as tensor
+ops). ``LeanStep.use_numpy()`` moves the target's chain steps (``LeanStep.step``) to NumPy
+(``HostStep``), for plain and speculative decoding alike; ``bench speedup --target-executor
+numpy`` measures the speedups that way and stores them beside the default record. A leaner
+target step makes plain decoding faster and speculation's ratio smaller: the (k + 1)-token
+call then has less per-call cost to share out over its tokens (README's figures give both
+records).
 
 The arithmetic is ``LeanStep``'s with three more exact rearrangements:
 
