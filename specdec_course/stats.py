@@ -58,18 +58,21 @@ class ChiSquareResult:
 
 
 def format_rate(rate: float) -> str:
-    """A small probability as a bound that reads the same on every machine: ``"< 5.0e-11"``.
+    """A small probability as a bound that reads the same on every machine: ``"< 1e-10"``.
 
-    The rate is rounded *up* to two significant digits, so the printed bound always holds;
-    printed figures carry no more digits than the computation has.
+    The rate is rounded *up* to the next power of ten, so the printed bound always holds and
+    carries no digit that another machine could print differently: a chi-square test's rate
+    follows its degrees of freedom, which pooling sets from expected counts computed in
+    floating point, so two CPUs may disagree in the mantissa but rarely in the decade.
     """
     if not rate > 0:
         return "0"
-    exp = math.floor(math.log10(rate))
-    mant = math.ceil(rate / 10.0 ** (exp - 1) - 1e-9) / 10.0  # in [1.0, 10.0]
-    if mant >= 10.0:
-        mant, exp = 1.0, exp + 1
-    return f"< {mant:.1f}e{exp:+03d}"
+    exp = math.ceil(math.log10(rate))
+    if 10.0**exp < rate:  # log10's rounding: the bound must hold
+        exp += 1
+    elif 10.0 ** (exp - 1) >= rate:  # a power of ten is its own bound
+        exp -= 1
+    return f"< 1e{exp:+03d}"
 
 
 def round_probs(probs, bits: int = 24) -> torch.Tensor:
