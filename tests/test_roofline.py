@@ -37,6 +37,12 @@ def test_tiny_shape_bytes_and_flops_by_hand():
     # 2 * (2464 + 4 * 2 * 8 * 6 = 384) = 5696 flops: memory bound, 4.024 s.
     assert (one.bytes, one.flops, one.bound) == (4024, 5696, "memory")
     assert bench.modelled_ratio(TINY, SLOW, 3, 2, 5, 0.5) == pytest.approx(9.428 / 4.524)
+    # Resident: 1272 streamed weights + the 80-value embedding table, 2 bytes each, and the
+    # KV cache after the call, 2 * (5 + 3) * 32: 2704 + 512. SLOW states no memory: it fits.
+    assert call.resident_bytes == 3216 and call.fits
+    small = GPUSpec("small", 1000.0, 2000.0, "made up", memory=3215)
+    assert not bench.modelled_call(TINY, small, 3, 2, 5).fits
+    assert bench.modelled_call(TINY, small, 2, 2, 5).fits  # 2704 + 2 * 7 * 32 = 3152
 
 
 def test_named_shapes_have_their_published_parameter_counts():
@@ -47,7 +53,11 @@ def test_named_shapes_have_their_published_parameter_counts():
     assert LLAMA_1B.weight_bytes == 2 * LLAMA_1B.parameters  # tied: the LM head is the table
     assert LLAMA_8B.kv_bytes_per_token == 128 * 1024  # 32 layers x K, V x 8 heads x 128 x 2 B
     h200 = bench.GPUS["h200"]
-    assert (h200.bandwidth, h200.peak_flops) == (4.8e12, 989e12)
+    assert (h200.bandwidth, h200.peak_flops, h200.memory) == (4.8e12, 989e12, 141e9)
+    # 16 GB of bf16 weights and 64 rows x 1024 cached tokens x 128 KiB: not on a 24 GB card.
+    assert bench.modelled_call(LLAMA_8B, "h200", 4, batch=64).fits
+    assert not bench.modelled_call(LLAMA_8B, "rtx4090", 4, batch=64).fits
+    assert bench.modelled_call(LLAMA_8B, "rtx4090", 4, batch=1).fits
 
 
 def test_call_time_grows_with_tokens_batch_and_context():
@@ -113,6 +123,8 @@ def test_bad_inputs_raise_value_errors_that_say_what_to_pass():
         ModelShape("bad", 1, 12, 4, 3, 8, 5)
     with pytest.raises(ValueError, match="bandwidth"):
         GPUSpec("bad", 0.0, 1e12, "made up")
+    with pytest.raises(ValueError, match="memory"):
+        GPUSpec("bad", 1e12, 1e12, "made up", memory=-1.0)
     with pytest.raises(ValueError, match="max_tokens"):
         bench.modelled_ridge(LLAMA_8B, "h200", max_tokens=0)
     with pytest.raises(ValueError, match="n_heads"):
@@ -139,6 +151,10 @@ def test_predictions_follow_theorem_3_8_with_the_modelled_costs():
     # A batch of 64 makes the (k + 1)-token call dearer: every prediction falls.
     wide = {p["method"]: p for p in bench.modelled_speedups(acc, "h200", batch=64)}
     assert all(wide[m]["best"]["priced"] < preds[m]["best"]["priced"] for m in preds)
+    # Rows that do not fit the GPU are marked, and the best is chosen among those that do.
+    on_4090 = bench.modelled_speedups(acc, "rtx4090", batch=64)
+    assert not any(r["fits"] for p in on_4090 for r in p["rows"])
+    assert all(r["fits"] for p in preds.values() for r in p["rows"])
     eagle = bench.modelled_speedups({"eagle": [(3, 0.8)]}, "h200")[0]["best"]
     assert 0 < eagle["c"] < d["c"]  # one layer and the LM head against a 16-layer model
 

@@ -94,16 +94,19 @@ def _positive(value, name: str) -> float:
 @dataclass(frozen=True)
 class GPUSpec:
     """A GPU's published peaks: ``bandwidth`` in bytes/s, dense bf16 ``peak_flops`` in flop/s,
-    and the ``source`` of both figures."""
+    ``source`` of both figures, and its ``memory`` in bytes (0: not checked)."""
 
     name: str
     bandwidth: float
     peak_flops: float
     source: str
+    memory: float = 0.0
 
     def __post_init__(self):
         _positive(self.bandwidth, "GPUSpec.bandwidth (bytes/s)")
         _positive(self.peak_flops, "GPUSpec.peak_flops (flop/s)")
+        if not (self.memory >= 0 and math.isfinite(self.memory)):
+            raise ValueError(f"GPUSpec.memory must be a number of bytes >= 0; got {self.memory!r}")
 
 
 @dataclass(frozen=True)
@@ -185,18 +188,21 @@ GPUS = {
         4.8e12,
         989e12,
         "H200 datasheet: HBM3e 4.8 TB/s; BF16 1,979 TFLOPS with sparsity = 989 dense",
+        141e9,
     ),
     "h100": GPUSpec(
         "NVIDIA H100 SXM",
         3.35e12,
         989e12,
         "H100 datasheet: HBM3 3.35 TB/s; BF16 1,979 TFLOPS with sparsity = 989 dense",
+        80e9,
     ),
     "rtx4090": GPUSpec(
         "NVIDIA GeForce RTX 4090",
         1.008e12,
         165.2e12,
         "Ada Lovelace whitepaper: GDDR6X 1,008 GB/s; BF16 (FP32 accumulate) 165.2 TFLOPS dense",
+        24e9,
     ),
 }
 
@@ -209,10 +215,16 @@ SHAPES = {
 def eagle_draft_shape(target: ModelShape) -> ModelShape:
     """EAGLE's draft for ``target`` (Li et al. 2024): one decoder layer of the target's shape
     over ``fc(concat(feature, embedding))``, the ``2d -> d`` projection with its bias as extra
-    weights, and the target's own LM head, read again by every draft step."""
+    weights, and the target's own LM head, read again by every draft step. It owns no
+    embedding table (it looks up the target's), so ``tied_embeddings``; its ``parameters``
+    still count the shared LM head: an upper bound on the memory it adds."""
     d = target.d_model
     return replace(
-        target, name=f"EAGLE draft of {target.name}", n_layer=1, extra_params=2 * d * d + d
+        target,
+        name=f"EAGLE draft of {target.name}",
+        n_layer=1,
+        tied_embeddings=True,
+        extra_params=2 * d * d + d,
     )
 
 
@@ -223,9 +235,8 @@ def medusa_heads_shape(target: ModelShape, n_heads: int) -> ModelShape:
     check_int(n_heads, "n_heads")
     d, V = target.d_model, target.vocab
     extra = n_heads * (d * d + d) + (n_heads - 1) * d * V  # one LM head is the shape's own
-    return replace(
-        target, name=f"{n_heads} Medusa heads on {target.name}", n_layer=0, extra_params=extra
-    )
+    name = f"{n_heads} Medusa heads on {target.name}"  # no embedding table of their own
+    return replace(target, name=name, n_layer=0, tied_embeddings=True, extra_params=extra)
 
 
 def _gpu(gpu: GPUSpec | str) -> GPUSpec:
@@ -270,6 +281,8 @@ class ModelledCall:
     memory_s: float  # bytes / bandwidth
     compute_s: float  # flops / peak
     overhead_s: float
+    resident_bytes: int  # all weights (the embedding table too) and the KV cache after the call
+    fits: bool  # resident_bytes within the GPU's memory (True when its memory is not given)
 
     @property
     def time_s(self) -> float:
@@ -308,8 +321,18 @@ def modelled_call(
     )
     attention = 4 * shape.n_layer * shape.d_model * (L + T)
     flops = B * T * (2 * shape.matmul_params + attention)
+    resident = shape.parameters * s + B * (L + T) * shape.kv_bytes_per_token
     return ModelledCall(
-        T, B, L, nbytes, flops, nbytes / gpu.bandwidth, flops / gpu.peak_flops, overhead
+        T,
+        B,
+        L,
+        nbytes,
+        flops,
+        nbytes / gpu.bandwidth,
+        flops / gpu.peak_flops,
+        overhead,
+        resident,
+        not gpu.memory or resident <= gpu.memory,
     )
 
 
@@ -368,25 +391,31 @@ def format_modelled_ratios(
     overhead_s: float = 0.0,
 ) -> str:
     """A text table of the model's ``time(T) / time(1)`` per batch size, the one-token call's
-    time, and the ridge, under a heading that says it is a model."""
+    time, and the ridge, under a heading that says it is a model. A ratio marked ``*`` is for
+    a call whose weights and KV cache would not fit in the GPU's memory."""
     shape, gpu = _shape(shape), _gpu(gpu)
     lines = [
         f"ROOFLINE MODEL (not a measurement): {shape.name}, bf16, on {gpu.name} "
-        f"({gpu.bandwidth / 1e12:.2f} TB/s, {gpu.peak_flops / 1e12:.0f} TFLOP/s dense bf16), "
-        f"{context} tokens cached, {overhead_s * 1e6:.0f} us overhead per call",
+        f"({gpu.bandwidth / 1e12:.2f} TB/s, {gpu.peak_flops / 1e12:.0f} TFLOP/s dense bf16, "
+        f"{gpu.memory / 1e9:.0f} GB), {context} tokens cached, {overhead_s * 1e6:.0f} us "
+        "overhead per call",
         "call time over a one-token call, T new tokens per sequence:",
         "   B | one-token call | "
-        + " | ".join(f"T={t:<4d}" for t in tokens)
+        + " | ".join(f"{f'T={t}':<7s}" for t in tokens)
         + " | ridge (T per seq)",
     ]
     for B in batches:
         one = modelled_call(shape, gpu, 1, B, context, overhead_s)
         ridge = modelled_ridge(shape, gpu, B, context)
         cells = " | ".join(
-            f"{modelled_ratio(shape, gpu, t, B, context, overhead_s):6.2f}" for t in tokens
+            f"{modelled_ratio(shape, gpu, t, B, context, overhead_s):6.2f}"
+            + ("*" if not modelled_call(shape, gpu, t, B, context).fits else " ")
+            for t in tokens
         )
         lines.append(
             f"{B:4d} | {one.time_s * 1e3:8.2f} ms    | {cells} | "
             + ("none" if ridge is None else f"{ridge} (= {ridge * B} per call)")
         )
+    if "*" in "".join(lines[3:]):
+        lines.append(f"* does not fit in {gpu.memory / 1e9:.0f} GB (weights and KV cache)")
     return "\n".join(lines)

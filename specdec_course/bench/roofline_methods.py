@@ -13,7 +13,9 @@ from .. import theory
 from .roofline import (
     DEFAULT_CONTEXT,
     GPUSpec,
+    ModelledCall,
     ModelShape,
+    _gpu,
     _shape,
     eagle_draft_shape,
     format_modelled_ratios,
@@ -89,42 +91,42 @@ def modelled_speedups(
     (k c + ratio)``. For Medusa's trees: ``c`` = the heads' call (``medusa_heads_shape``, with
     ``medusa_heads`` heads, default ``medusa.DEFAULT_HEADS``), the tree's ``nodes``-token call
     priced, and the measured tokens per call in place of Theorem 3.8's expectation (``thm38``
-    = those tokens, a free call). Returns one dict per method: ``method``, ``rows`` and
-    ``best`` (the row with the largest ``priced``). Raises ValueError as ``modelled_call``.
+    = those tokens, a free call). ``fits``: the target's call and the draft's weights and
+    KV caches fit in the GPU's memory. Returns one dict per method: ``method``, ``rows`` and
+    ``best`` (the row with the largest ``priced`` among those that fit, if any do). Raises
+    ValueError as ``modelled_call``.
     """
-    target = _shape(target)
-    one = modelled_call(target, gpu, 1, batch, context, overhead_s).time_s
+    target, gpu = _shape(target), _gpu(gpu)
+    drafters = {"draft": _shape(draft), "eagle": eagle_draft_shape(target)}
 
-    def ratio(tokens: int) -> float:
-        return modelled_call(target, gpu, tokens, batch, context, overhead_s).time_s / one
+    def call(shape: ModelShape, tokens: int) -> ModelledCall:
+        return modelled_call(shape, gpu, tokens, batch, context, overhead_s)
 
+    one = call(target, 1).time_s
     out = []
     for method, rows in acceptance.items():
         if method == "medusa":
-            heads = medusa_heads_shape(target, medusa_heads or _default_heads())
-            c = modelled_call(heads, gpu, 1, batch, context, overhead_s).time_s / one
-            priced = [
-                {"k": tree, "tokens": tok, "c": c, "ratio": ratio(nodes), "thm38": tok,
-                 "priced": tok / (ratio(nodes) + c)}
-                for tree, nodes, tok in rows
-            ]  # fmt: skip
+            shape = medusa_heads_shape(target, medusa_heads or _default_heads())
+            runs = [(tree, nodes, tok, None) for tree, nodes, tok in rows]
         else:
-            by = _DRAFTED_BY.get(method, "draft")
-            shape = {"draft": _shape(draft), "eagle": eagle_draft_shape(target)}.get(by)
-            c = 0.0
-            if shape is not None:
-                c = modelled_call(shape, gpu, 1, batch, context, overhead_s).time_s / one
-            priced = []
-            for k, alpha in rows:
-                tok = theory.expected_tokens(alpha, k)
-                r = ratio(k + 1)
-                priced.append(
-                    {"k": k, "alpha": alpha, "tokens": tok, "c": c, "ratio": r,
-                     "thm38": theory.speedup(alpha, k, c), "priced": tok / (k * c + r)}
-                )  # fmt: skip
-        out.append(
-            {"method": method, "rows": priced, "best": max(priced, key=lambda r: r["priced"])}
-        )
+            shape = drafters.get(_DRAFTED_BY.get(method, "draft"))
+            runs = [(k, k + 1, theory.expected_tokens(alpha, k), alpha) for k, alpha in rows]
+        c = 0.0 if shape is None else call(shape, 1).time_s / one
+        draft_memory = 0 if shape is None else call(shape, 1).resident_bytes
+        priced = []
+        for k, tokens, tok, alpha in runs:
+            verify = call(target, tokens)
+            r = verify.time_s / one
+            row = {"k": k, "tokens": tok, "c": c, "ratio": r}
+            if alpha is None:  # a tree: one call with the heads, the measured tokens per call
+                row.update(thm38=tok, priced=tok / (r + c))
+            else:
+                row.update(alpha=alpha, thm38=theory.speedup(alpha, k, c))
+                row["priced"] = tok / (k * c + r)
+            fits = not gpu.memory or verify.resident_bytes + draft_memory <= gpu.memory
+            priced.append({**row, "fits": fits})
+        best = max([r for r in priced if r["fits"]] or priced, key=lambda r: r["priced"])
+        out.append({"method": method, "rows": priced, "best": best})
     return out
 
 
@@ -144,6 +146,7 @@ def format_modelled_speedups(predictions: list[dict], heading: str) -> str:
         lines.append(
             f" {p['method']:9s} | {b['k']!s:>13} | {alpha} | {b['tokens']:8.2f} | {b['c']:.3f} | "
             f"{b['ratio']:19.3f} | {b['thm38']:6.2f}x | {b['priced']:5.2f}x"
+            + ("" if b["fits"] else "  (does not fit in the GPU's memory)")
         )
     return "\n".join(lines)
 
