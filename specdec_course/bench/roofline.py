@@ -26,7 +26,9 @@ bf16 value):
   attention's ``4 (L + T) d`` per layer and token (``Q K^T`` and ``A V`` over the context and
   the whole block, as a tree or a chain is verified);
 - **time** ``= max(bytes / bandwidth, flops / peak) + overhead``, the overhead a fixed
-  per-call cost (kernel launches) that the caller states, 0 unless given.
+  per-call cost (kernel launches) that the caller states, 0 unless given;
+- **memory**: every parameter and the KV cache after the call must be resident; a call
+  that would not fit in the GPU's memory is priced all the same and marked (``fits``).
 
 The **ridge** is the smallest ``T`` at which the flops take as long as the bytes: below it a
 call's time barely grows with ``T``, above it grows in proportion. For Llama-3-8B on an H200
