@@ -1,4 +1,5 @@
-"""A roofline *model* of a GPU forward call, and the speedups it predicts: no measurement.
+"""A roofline *model* of a GPU forward call (no measurement); ``bench.roofline_methods`` turns
+it into the speedups it predicts per method.
 
 Speculative decoding assumes that a target call over ``k + 1`` new tokens costs about what a
 one-token call costs (Leviathan et al. 2023, Theorem 3.8). On a GPU that holds because a
