@@ -58,6 +58,9 @@ def test_named_shapes_have_their_published_parameter_counts():
     assert bench.modelled_call(LLAMA_8B, "h200", 4, batch=64).fits
     assert not bench.modelled_call(LLAMA_8B, "rtx4090", 4, batch=64).fits
     assert bench.modelled_call(LLAMA_8B, "rtx4090", 4, batch=1).fits
+    marked = "* does not fit in 24 GB"
+    assert marked in bench.format_modelled_ratios(gpu="rtx4090", batches=(1, 64))
+    assert marked not in bench.format_modelled_ratios(gpu="rtx4090", batches=(1,))
 
 
 def test_call_time_grows_with_tokens_batch_and_context():
