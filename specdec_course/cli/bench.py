@@ -349,7 +349,7 @@ def _beyond(args) -> int:
 
 
 def _add_roofline(what) -> None:
-    from ..bench import GPUS, SHAPES
+    from ..bench import DEFAULT_CONTEXT, GPUS, SHAPES
 
     r = what.add_parser(
         "roofline",
@@ -363,14 +363,16 @@ def _add_roofline(what) -> None:
         "stored in data/results/ (speedup_cpu.json, eagle_cpu.json). Where a GPU record is "
         "stored (tools/gpu_check.sh), it says so: that one is measured.",
     )
-    r.add_argument("--gpu", choices=sorted(GPUS), default="h200", help="published peaks of")
-    r.add_argument("--target", choices=sorted(SHAPES), default="llama-3-8b")
-    r.add_argument("--draft", choices=sorted(SHAPES), default="llama-3.2-1b")
+    r.add_argument("--gpu", choices=sorted(GPUS), default="h200", help="whose published peaks")
+    r.add_argument("--target", choices=sorted(SHAPES), default="llama-3-8b", help="target shape")
     r.add_argument(
-        "--batch", type=int, nargs="+", default=[1, 16, 64], help="batch sizes (default: 1 16 64)"
+        "--draft", choices=sorted(SHAPES), default="llama-3.2-1b", help="the draft model's shape"
     )
-    r.add_argument("--context", type=int, default=1024, help="tokens already cached per sequence")
-    r.add_argument("--overhead-us", type=float, default=0.0, help="fixed cost per call, us")
+    r.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64], help="batch sizes")
+    r.add_argument(
+        "--context", type=int, default=DEFAULT_CONTEXT, help="tokens already cached per row"
+    )
+    r.add_argument("--overhead-us", type=float, default=0.0, help="fixed cost per call, in us")
     r.add_argument("--temperature", type=float, default=1.0, help="whose stored acceptance")
     r.set_defaults(run=run)
 
