@@ -1,4 +1,5 @@
-"""``specdec-course bench speedup|verifier|gpu|beyond|eagle``: benchmarks, ratios in one run."""
+"""``specdec-course bench speedup|verifier|gpu|beyond|eagle|roofline``: benchmarks, ratios in one
+run, and ``roofline``: the GPU cost model (a model, no measurement)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ def add_parser(sub) -> None:
         "bench",
         help="benchmarks, reported as ratios measured in one run",
         description="Benchmarks, reported as ratios measured in one run. "
-        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle) for each one.",
+        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle, roofline) for "
+        "each one.",
     )
     what = p.add_subparsers(
-        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle}"
+        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,roofline}"
     )
     s = what.add_parser(
         "speedup",
@@ -129,6 +131,7 @@ def add_parser(sub) -> None:
     e.add_argument("--repeats", type=int, default=None, help="round-robin repeats (default: 3)")
     e.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
     e.set_defaults(run=run)
+    _add_roofline(what)
 
 
 def run(args) -> int:
@@ -140,6 +143,8 @@ def run(args) -> int:
         return _beyond(args)
     if args.what == "eagle":
         return _eagle(args)
+    if args.what == "roofline":
+        return _roofline(args)
     return _speedup(args)
 
 
@@ -340,4 +345,51 @@ def _beyond(args) -> int:
         "block": block,
     }
     print(f"wrote {bench.save_beyond_results(record, command, args.out)}")
+    return 0
+
+
+def _add_roofline(what) -> None:
+    from ..bench import DEFAULT_CONTEXT, GPUS, SHAPES
+
+    r = what.add_parser(
+        "roofline",
+        help="a MODEL, not a measurement: a GPU call priced by bytes and flops, and the "
+        "speedups it predicts at this course's measured acceptance",
+        description="A roofline model, not a measurement (bench.roofline): price one target "
+        "call of T new tokens for B sequences by the bytes it moves (weights once per call, "
+        "the KV cache, activations) and its flops at a GPU's published peaks, print its cost "
+        "over a one-token call and the ridge where it turns compute bound, then each "
+        "method's best speedup by Theorem 3.8 and with the call priced, at the acceptance "
+        "stored in data/results/ (speedup_cpu.json, eagle_cpu.json). Where a GPU record is "
+        "stored (tools/gpu_check.sh), it says so: that one is measured.",
+    )
+    r.add_argument("--gpu", choices=sorted(GPUS), default="h200", help="whose published peaks")
+    r.add_argument("--target", choices=sorted(SHAPES), default="llama-3-8b", help="target shape")
+    r.add_argument(
+        "--draft", choices=sorted(SHAPES), default="llama-3.2-1b", help="the draft model's shape"
+    )
+    r.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64], help="batch sizes")
+    r.add_argument(
+        "--context", type=int, default=DEFAULT_CONTEXT, help="tokens already cached per row"
+    )
+    r.add_argument("--overhead-us", type=float, default=0.0, help="fixed cost per call, in us")
+    r.add_argument("--temperature", type=float, default=1.0, help="whose stored acceptance")
+    r.set_defaults(run=run)
+
+
+def _roofline(args) -> int:
+    """The roofline model's table (bench.roofline_methods.format_roofline_report)."""
+    from .. import bench
+
+    print(
+        bench.format_roofline_report(
+            gpu=args.gpu,
+            target=args.target,
+            draft=args.draft,
+            batches=tuple(args.batch),
+            context=args.context,
+            overhead_s=args.overhead_us * 1e-6,
+            temperature=args.temperature,
+        )
+    )
     return 0
