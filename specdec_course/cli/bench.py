@@ -32,11 +32,12 @@ def add_parser(sub) -> None:
         "  ngram      the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
         "  distilled  the n-gram table distilled from the target (lesson 07), k = 1 ... 8\n"
         "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06)\n"
-        "  all        all four",
+        "  eagle      the EAGLE-style draft over the target's features (lesson 09), k = 1 ... 8\n"
+        "  all        all five",
     )
     s.add_argument(
         "--method",
-        choices=["draft", "ngram", "distilled", "medusa", "all"],
+        choices=["draft", "ngram", "distilled", "medusa", "eagle", "all"],
         default="all",
         help="which speculative methods to measure against plain decoding",
     )
@@ -206,15 +207,20 @@ def _speedup(args) -> int:
     torch.set_num_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
-    wanted = {"all": ("draft", "ngram", "distilled", "medusa")}.get(args.method, (args.method,))
-    if args.target_executor == "numpy" and "medusa" in wanted:
-        if args.method == "medusa":
+    wanted = {"all": ("draft", "ngram", "distilled", "medusa", "eagle")}.get(
+        args.method, (args.method,)
+    )
+    if args.target_executor == "numpy" and {"medusa", "eagle"} & set(wanted):
+        # Both read the target's hidden states (LeanStep.hidden), which are tensor ops.
+        if args.method in ("medusa", "eagle"):
             raise ValueError(
-                "--target-executor numpy times chain drafts only: Medusa's tree passes run "
-                "as tensor ops (LeanStep.hidden); measure Medusa with the torch executor"
+                f"--target-executor numpy times chain drafts only: {args.method}'s target "
+                "calls read hidden states as tensor ops (LeanStep.hidden); measure it with "
+                "the torch executor"
             )
-        wanted = tuple(m for m in wanted if m != "medusa")
-        print("--target-executor numpy: Medusa left out (its tree passes are tensor ops)")
+        wanted = tuple(m for m in wanted if m not in ("medusa", "eagle"))
+        print("--target-executor numpy: Medusa and EAGLE left out (their target calls read")
+        print("  hidden states as tensor ops)")
     drafts = {}
     if "draft" in wanted:
         drafts["draft"] = load_pretrained("draft")
@@ -226,6 +232,10 @@ def _speedup(args) -> int:
         from ..distilled import load_distilled
 
         drafts["distilled"] = load_distilled()
+    if "eagle" in wanted:
+        from ..eagle import EagleProposer, load_eagle
+
+        drafts["eagle"] = EagleProposer(load_eagle(target=target), target)
     heads = None
     if "medusa" in wanted:
         from ..medusa import load_heads
