@@ -9,8 +9,6 @@ about 100 bins, a false-failure rate below 1e-12, asserted from the result). Ski
 reason when transformers is not installed.
 """
 
-import inspect
-
 import pytest
 import torch
 
@@ -40,15 +38,12 @@ def val(pair):
 
 
 def _cache_kw(hf_model, cache):
-    # transformers 5 names the cache argument ``cache``; 4.x ``past_key_values``.
-    name = (
-        "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
-    )
-    return {name: cache, "use_cache": True}
+    # transformers 5.x names the cache argument ``cache`` (``past_key_values`` before).
+    return {"cache": cache, "use_cache": True}
 
 
 def _out_cache(out):
-    return getattr(out, "cache", None) or out.past_key_values
+    return out.cache
 
 
 def test_logits_match_over_full_windows(pair, hf_pair, val):

@@ -20,12 +20,13 @@ over repeats of each repeat's ratio (times summed over the prompts): over the si
 plain decoding and over HF's plain ``generate``. At temperature 0 every method's tokens are
 compared with the package's plain decoding (``identical`` in the record).
 
-Where the per-token time goes: one more run of each plain decoder and of each side's
-fastest speculative method under ``cProfile``, its self time split by where it was spent
-(torch's operators; the generation loop, the cache, the masks and the modelling code of
-transformers; ``nn.Module`` calls; the package's own Python), with calls per new token.
-cProfile adds a cost to every Python call, so its split is read as shares, beside the
-unprofiled time per token of the race.
+Where the per-token time goes: one more run of each plain decoder, of HF's assisted
+generation with a fixed ``k`` and of each side's fastest speculative method under
+``cProfile``, its self time split by where it was spent (torch's operators; the generation
+loop, the cache, the masks and the modelling code of transformers; ``nn.Module`` calls; the
+package's own Python), with calls and model forwards per new token. cProfile adds a cost to
+every Python call, so its split is read as shares, beside the unprofiled time per token of
+the race.
 
 ``save_hf_results`` writes ``data/results/hf_cpu.json`` and ``hf_cpu.png``;
 ``load_hf_results`` reads the record back (lesson 10).
@@ -34,6 +35,7 @@ unprofiled time per token of the race.
 from __future__ import annotations
 
 import cProfile
+import importlib.util
 import pstats
 import statistics
 import time
@@ -339,7 +341,10 @@ def measure_hf(
         race["best_package"] = best_pkg["method"]
         race["best_hf"] = best_hf["method"]
         race["package_over_hf"] = best_pkg["tokens_s"] / best_hf["tokens_s"]
-        profiled = ["hf plain", best_hf["method"], "plain", best_pkg["method"]]
+        # HF's plain and assisted (fixed k) decoding, its fastest speculative method, and
+        # the package's plain decoding and fastest method.
+        profiled = ["hf plain", "hf assisted, fixed k", best_hf["method"], "plain"]
+        profiled = list(dict.fromkeys(profiled + [best_pkg["method"]]))
         race["profile"] = profile_methods(
             methods,
             profiled,
@@ -352,6 +357,9 @@ def measure_hf(
         runs.append(race)
     return {
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+        # With scikit-learn installed, HF retunes the assistant's confidence threshold as it
+        # goes (its "defaults" row); without it the threshold stays at its default.
+        "scikit_learn": importlib.util.find_spec("sklearn") is not None,
         "threads": torch.get_num_threads(),
         "runs": runs,
     }
