@@ -1,5 +1,5 @@
-"""``specdec-course bench speedup|verifier|gpu|beyond|eagle|roofline``: benchmarks, ratios in one
-run, and ``roofline``: the GPU cost model (a model, no measurement)."""
+"""``specdec-course bench speedup|verifier|gpu|beyond|eagle|hf|roofline``: benchmarks, ratios in
+one run, and ``roofline``: the GPU cost model (a model, no measurement)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ def add_parser(sub) -> None:
         "bench",
         help="benchmarks, reported as ratios measured in one run",
         description="Benchmarks, reported as ratios measured in one run. "
-        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle, roofline) for "
-        "each one.",
+        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle, hf, "
+        "roofline) for each one.",
     )
     what = p.add_subparsers(
-        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,roofline}"
+        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,hf,roofline}"
     )
     s = what.add_parser(
         "speedup",
@@ -133,6 +133,59 @@ def add_parser(sub) -> None:
     e.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
     e.set_defaults(run=run)
     _add_roofline(what)
+    _add_hf(what)
+
+
+def _add_hf(what) -> None:
+    h = what.add_parser(
+        "hf",
+        help="Hugging Face generate (plain, assisted, prompt lookup) against the package's "
+        "loops, this CPU (lesson 10; needs the [hf] extra)",
+        description="Export the shipped pair to transformers' GPT2LMHeadModel and decode the "
+        "validation prompts (200 new characters each), one thread, batch 1, in rotating "
+        "order, with HF's plain generate, HF assisted generation (the draft model: fixed k, "
+        "HF's heuristic schedule, HF's defaults), HF prompt lookup, and the package's plain, "
+        "draft-model, n-gram and distilled n-gram loops (each at its best k of the stored "
+        "bench speedup record); print tokens per second and speedups over each side's plain "
+        "decoding and over HF's, profile where the per-token time goes, and write "
+        "hf_cpu.json and hf_cpu.png (the stored ones are in data/results/). Needs "
+        "pip install -e '.[hf]'.",
+    )
+    h.add_argument("--repeats", type=int, default=5, help="rotating repeats; the median is kept")
+    h.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="measure at this temperature only (default: 0, then 1)",
+    )
+    h.add_argument(
+        "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
+    )
+    h.set_defaults(run=_hf)
+
+
+def _hf(args) -> int:
+    """HF generate against the package's loops (bench.hf), this CPU, one thread."""
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1; got {args.repeats}")
+    try:
+        from ..bench import hf as bench_hf
+        from ..hf import require_transformers
+
+        require_transformers()
+    except ImportError as e:
+        raise ValueError(str(e)) from None
+    torch.set_num_threads(1)
+    temps = (args.temperature,) if args.temperature is not None else (0.0, 1.0)
+    record = bench_hf.measure_hf(temperatures=temps, repeats=args.repeats, progress=True)
+    for race in record["runs"]:
+        print(bench_hf.format_hf_table(race))
+    command = bench_hf.COMMAND + ("" if args.repeats == 5 else f" --repeats {args.repeats}")
+    if args.temperature is not None:
+        command += f" --temperature {args.temperature:g}"
+    for path in bench_hf.save_hf_results(record, command, args.out):
+        print(f"wrote {path}")
+    return 0
 
 
 def run(args) -> int:
