@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from .._validate import check_int
 from ..model import CharGPT, check_model
 from ..paths import checkpoints_dir
-from .draft import EagleDraft
+from .draft import EagleDraft, check_eagle
 
 __all__ = [
     "REBUILD_COMMAND",
@@ -159,6 +159,7 @@ def unrolled_loss(
     noise: float = 0.0,
     start: int = 0,
     generator: torch.Generator | None = None,
+    token_loss: str = "kl",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The loss the shipped draft trains on: at every depth of :func:`unrolled_features`,
     SmoothL1 to the target's feature plus ``kl_weight`` times ``KL(p || q)``, ``p`` the
@@ -166,8 +167,12 @@ def unrolled_loss(
     depth ``d`` weighted ``decay ** d``. The token term distils the target's whole
     distribution (acceptance is ``sum(min(p, q))``, which a hard-label cross-entropy
     approximates less directly). ``noise`` adds EAGLE's uniform feature noise
-    ``U(-noise, noise)`` to the target's features at the input. Returns
-    ``(loss, regression, kl)``, the last two averaged over depths."""
+    ``U(-noise, noise)`` to the target's features at the input. ``token_loss="tv"``
+    replaces the KL term by ``1 - sum(min(p, q))``, one minus the acceptance itself (the
+    draft model's last distillation stage trains on it too). Returns ``(loss, regression,
+    token term)``, the last two averaged over depths."""
+    if token_loss not in ("kl", "tv"):
+        raise ValueError(f"token_loss must be 'kl' or 'tv'; got {token_loss!r}")
     fin = f
     if noise:
         u = torch.rand(f.shape, generator=generator, device=f.device, dtype=f.dtype)
@@ -179,7 +184,10 @@ def unrolled_loss(
     for d, fh in enumerate(outs):
         reg = F.smooth_l1_loss(fh[:, d:], goal[:, d:])
         lq = draft.logits(fh[:, d:]).log_softmax(-1)
-        kl = (lp[:, d:].exp() * (lp[:, d:] - lq)).sum(-1).mean()
+        if token_loss == "kl":
+            kl = (lp[:, d:].exp() * (lp[:, d:] - lq)).sum(-1).mean()
+        else:
+            kl = 1.0 - lp[:, d:].exp().minimum(lq.exp()).sum(-1).mean()
         loss = loss + decay**d * (reg + kl_weight * kl)
         reg_sum, kl_sum = reg_sum + reg.detach(), kl_sum + kl.detach()
     return loss, reg_sum / depth, kl_sum / depth
@@ -231,6 +239,8 @@ def train_eagle(
     depth: int = 3,
     noise: float = 0.1,
     kl_weight: float = 1.0,
+    token_loss: str = "kl",
+    init: EagleDraft | None = None,
     seed: int = 0,
     progress: bool = True,
 ) -> EagleTrainResult:
@@ -239,7 +249,8 @@ def train_eagle(
     Features of ``n_windows`` fixed windows of ``train_ids`` (None: all non-overlapping
     ones) are computed once; each of the ``steps`` steps takes ``batch_size`` random
     windows, cut to ``crop`` positions at one random offset, and trains every draft depth
-    up to ``depth`` (AdamW, warm-up, cosine decay). Same seed and thread count, same draft.
+    up to ``depth`` (AdamW, warm-up, cosine decay), from a fresh draft or from a copy of
+    ``init`` (a later stage). Same seed and thread count, same draft.
     Returns an ``EagleTrainResult`` (draft in eval mode, history, wall seconds including the
     feature pass). Raises ValueError for bad sizes."""
     from tqdm import tqdm
@@ -258,6 +269,8 @@ def train_eagle(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     draft = EagleDraft.from_target(target)
+    if init is not None:
+        draft.load_state_dict(check_eagle(init, target).state_dict())
     draft.train()
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
@@ -279,6 +292,7 @@ def train_eagle(
             noise=noise,
             start=s,
             generator=gen,
+            token_loss=token_loss,
         )
         opt.zero_grad(set_to_none=True)
         loss.backward()
