@@ -11,7 +11,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from .._validate import check_int
+from .._validate import check_int, check_real
 
 __all__ = ["time_round_robin", "fastest_method", "describe_fastest"]
 
@@ -51,6 +51,7 @@ def fastest_method(record: dict, temperature: float = 1.0) -> dict:
     "plain_fastest" (True when no method beat plain decoding)}``. Raises ValueError when the
     record holds no run at that temperature.
     """
+    check_real(temperature, "temperature", low=0.0)
     runs = [r for r in record.get("results", []) if r.get("temperature") == temperature]
     if not runs:
         temps = sorted({r.get("temperature") for r in record.get("results", [])})
