@@ -26,6 +26,12 @@ drafted past them. ``speculative_generate`` drives any object with these three m
     text; the rest scored drafts that may have been rejected. Proposers without it cost
     the loop nothing.
 
+``target`` (optional attribute)
+    the target the proposer was built for (``eagle.EagleProposer`` has one):
+    ``speculative_generate`` refuses any other target on entry
+    (``_validate.check_proposer_fits``, which also compares the characters behind the ids
+    where the proposer declares them: a ``tokenizer`` or a ``vocab``).
+
 ``ModelProposer`` wraps a ``CharGPT`` draft; ``specdec_course.ngram.NgramDraft`` counts
 characters instead. ``audit_proposer`` checks empirically that a proposer's drafts follow the
 ``q`` it reports: one that lies breaks exactness, and this is how to catch it.
