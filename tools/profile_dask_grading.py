@@ -16,8 +16,12 @@ the cluster module's functions are wrapped, never edited):
   as the pool's first job on each judge does) and the grader's per-submission seconds;
 - ``idle``: per worker, the time between its tasks (scheduler round trips);
 - ``close``: last task end to ``batch.grade`` returning (stop_judges, client and cluster close);
-- CPU seconds of the Dask processes themselves (scheduler thread in this process, nannies,
-  worker processes; judges and kernels excluded), sampled every 0.2 s;
+- CPU seconds of the Dask processes themselves (this process, which runs the scheduler and a
+  LocalCluster's nannies, and the worker processes; judges and kernels excluded), sampled
+  every 0.2 s;
+- ``MALLOC_TRIM_THRESHOLD_`` as the judges see it: a nanny sets it (Dask's
+  ``distributed.nanny.pre-spawn-environ``) in this process's own environment before it
+  spawns a worker, and judges copy the environment they are started from;
 - the bytes a task's arguments pickle to (the notebook travels inside the Job).
 
 Prints one JSON object per class size and a summary line. Figures move with the machine's
@@ -111,7 +115,9 @@ def _dask_run(subs: Path) -> dict:
         marks["start_s"] = marks["started"] - t
         for pid in c.run(os.getpid).values():
             sampler.pids[pid] = "worker processes"
-            sampler.pids[psutil.Process(pid).ppid()] = "nannies"
+            parent = psutil.Process(pid).ppid()
+            if parent != os.getpid():  # a LocalCluster's nannies run in this process
+                sampler.pids[parent] = "nannies"
         return c, lc
 
     def run_on_dask(queue, jobs, scheduler, mode, finish):
@@ -130,6 +136,7 @@ def _dask_run(subs: Path) -> dict:
         return out
 
     LOG.unlink(missing_ok=True)
+    trim_before = os.environ.get("MALLOC_TRIM_THRESHOLD_")
     main = psutil.Process()
     cpu0 = sum(main.cpu_times()[:2])
     sampler.thread.start()
@@ -162,13 +169,15 @@ def _dask_run(subs: Path) -> dict:
         "idle_between_tasks_s_max": round(max(idle, default=0.0), 3),
         "idle_between_tasks_s_median": round(statistics.median(idle), 3) if idle else 0.0,
         "seconds_per_submission_median": round(statistics.median(r.seconds for r in res), 2),
-        "dask_cpu_s": {"client + scheduler (this process)": round(cpu_main, 2)} | sampler.by_role(),
+        "malloc_trim_before_after": [trim_before, os.environ.get("MALLOC_TRIM_THRESHOLD_")],
+        "dask_cpu_s": {"this process": round(cpu_main, 2)} | sampler.by_role(),
         "task_pickle_bytes": marks["bytes"],
         "points": sorted(r.points for r in res),
     }
 
 
 def _pool_run(subs: Path) -> dict:
+    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_")  # left here by an earlier Dask run
     main = psutil.Process()
     cpu0 = sum(main.cpu_times()[:2])
     t0 = time.time()
@@ -178,6 +187,7 @@ def _pool_run(subs: Path) -> dict:
         "wall_s": round(wall, 1),
         "seconds_per_submission_median": round(statistics.median(r.seconds for r in res), 2),
         "client_cpu_s": round(sum(main.cpu_times()[:2]) - cpu0, 2),
+        "malloc_trim": trim,
         "points": sorted(r.points for r in res),
     }
 
