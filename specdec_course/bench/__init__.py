@@ -6,7 +6,9 @@ against speculative decoding (and Medusa), beside the theory's predictions; ``be
 the cost of one cached forward over 1 to 16 new tokens. ``bench.gpu``:
 both on a GPU in one check (``specdec-course bench gpu``), stored for machines without one.
 ``bench.beyond``: dynamic draft length, the batch-size regime and block verification.
-``bench.eagle``: the EAGLE-style draft against the draft model.
+``bench.eagle``: the EAGLE-style draft against the draft model. ``bench.roofline``: a
+roofline *model* of a GPU call (bytes and flops at a named GPU's peaks) and the speedups it
+predicts per method (``bench.roofline_methods``), shown where no GPU record is stored.
 """
 
 from .beyond import *  # noqa: F403
@@ -19,6 +21,10 @@ from .forward import *  # noqa: F403
 from .forward import __all__ as _forward_all
 from .gpu import *  # noqa: F403
 from .gpu import __all__ as _gpu_all
+from .roofline import *  # noqa: F403
+from .roofline import __all__ as _roofline_all
+from .roofline_methods import *  # noqa: F403
+from .roofline_methods import __all__ as _roofline_methods_all
 from .speedup import *  # noqa: F403
 from .speedup import __all__ as _speedup_all
 from .verifier import *  # noqa: F403
@@ -32,4 +38,6 @@ __all__ = [
     *_gpu_all,
     *_beyond_all,
     *_eagle_all,
+    *_roofline_all,
+    *_roofline_methods_all,
 ]

@@ -1,7 +1,7 @@
 """The EAGLE-style draft against the 1-layer draft model on the CPU (``bench eagle``; lesson 09).
 
 Both drafts run through ``measure_speedup`` (round-robin with plain decoding, the same
-prompts and seeds, one thread) at temperature 1 and 0, for ``k = 1 .. 6``. For each draft
+prompts and seeds, one thread) at temperature 1 and 0, for ``k = 1 .. 8``. For each draft
 and temperature the record keeps every ``k``'s acceptance and measured speedup, and the best
 ``k``. The machine's load average is recorded before and after: the ratios are taken within
 seconds of each other, so a loaded machine slows every method alike, but not exactly.
@@ -23,7 +23,7 @@ from .speedup import best_row, measure_speedup, validation_prompts
 
 __all__ = ["EAGLE_KS", "measure_eagle", "save_eagle_results", "load_eagle_results"]
 
-EAGLE_KS = tuple(range(1, 7))
+EAGLE_KS = tuple(range(1, 9))
 RESULTS_FILE = "eagle_cpu.json"
 COMMAND = "specdec-course bench eagle"
 

@@ -1,4 +1,4 @@
-"""The ``specdec-course`` command: prepare-data | train | generate | bench | grade.
+"""The ``specdec-course`` command: prepare-data | train | generate | bench | grade | export.
 
 The edge of the package: the only place that parses arguments. Each subcommand is a small
 module here with ``add_parser(subparsers)`` and ``run(args)``; it turns the arguments into
@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("prepare_data", "train", "generate", "bench", "grade")
+COMMANDS = ("prepare_data", "train", "generate", "bench", "grade", "export")
 
 
 class HelpFormatter(argparse.HelpFormatter):

@@ -1,4 +1,5 @@
-"""``specdec-course bench speedup|verifier|gpu|beyond|eagle``: benchmarks, ratios in one run."""
+"""``specdec-course bench speedup|verifier|gpu|beyond|eagle|hf|roofline``: benchmarks, ratios in
+one run, and ``roofline``: the GPU cost model (a model, no measurement)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ def add_parser(sub) -> None:
         "bench",
         help="benchmarks, reported as ratios measured in one run",
         description="Benchmarks, reported as ratios measured in one run. "
-        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle) for each one.",
+        "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle, hf, "
+        "roofline) for each one.",
     )
     what = p.add_subparsers(
-        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle}"
+        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,hf,roofline}"
     )
     s = what.add_parser(
         "speedup",
@@ -30,11 +32,12 @@ def add_parser(sub) -> None:
         "  ngram      the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
         "  distilled  the n-gram table distilled from the target (lesson 07), k = 1 ... 8\n"
         "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06)\n"
-        "  all        all four",
+        "  eagle      the EAGLE-style draft over the target's features (lesson 09), k = 1 ... 8\n"
+        "  all        all five",
     )
     s.add_argument(
         "--method",
-        choices=["draft", "ngram", "distilled", "medusa", "all"],
+        choices=["draft", "ngram", "distilled", "medusa", "eagle", "all"],
         default="all",
         help="which speculative methods to measure against plain decoding",
     )
@@ -129,6 +132,60 @@ def add_parser(sub) -> None:
     e.add_argument("--repeats", type=int, default=None, help="round-robin repeats (default: 3)")
     e.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
     e.set_defaults(run=run)
+    _add_roofline(what)
+    _add_hf(what)
+
+
+def _add_hf(what) -> None:
+    h = what.add_parser(
+        "hf",
+        help="Hugging Face generate (plain, assisted, prompt lookup) against the package's "
+        "loops, this CPU (lesson 10; needs the [hf] extra)",
+        description="Export the shipped pair to transformers' GPT2LMHeadModel and decode the "
+        "validation prompts (200 new characters each), one thread, batch 1, in rotating "
+        "order, with HF's plain generate, HF assisted generation (the draft model: fixed k, "
+        "HF's heuristic schedule, HF's defaults), HF prompt lookup, and the package's plain, "
+        "draft-model, n-gram and distilled n-gram loops (each at its best k of the stored "
+        "bench speedup record); print tokens per second and speedups over each side's plain "
+        "decoding and over HF's, profile where the per-token time goes, and write "
+        "hf_cpu.json and hf_cpu.png (the stored ones are in data/results/). Needs "
+        "pip install -e '.[hf]'.",
+    )
+    h.add_argument("--repeats", type=int, default=5, help="rotating repeats; the median is kept")
+    h.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="measure at this temperature only (default: 0, then 1)",
+    )
+    h.add_argument(
+        "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
+    )
+    h.set_defaults(run=_hf)
+
+
+def _hf(args) -> int:
+    """HF generate against the package's loops (bench.hf), this CPU, one thread."""
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1; got {args.repeats}")
+    try:
+        from ..bench import hf as bench_hf
+        from ..hf import require_transformers
+
+        require_transformers()
+    except ImportError as e:
+        raise ValueError(str(e)) from None
+    torch.set_num_threads(1)
+    temps = (args.temperature,) if args.temperature is not None else (0.0, 1.0)
+    record = bench_hf.measure_hf(temperatures=temps, repeats=args.repeats, progress=True)
+    for race in record["runs"]:
+        print(bench_hf.format_hf_table(race))
+    command = bench_hf.COMMAND + ("" if args.repeats == 5 else f" --repeats {args.repeats}")
+    if args.temperature is not None:
+        command += f" --temperature {args.temperature:g}"
+    for path in bench_hf.save_hf_results(record, command, args.out):
+        print(f"wrote {path}")
+    return 0
 
 
 def run(args) -> int:
@@ -140,6 +197,8 @@ def run(args) -> int:
         return _beyond(args)
     if args.what == "eagle":
         return _eagle(args)
+    if args.what == "roofline":
+        return _roofline(args)
     return _speedup(args)
 
 
@@ -201,15 +260,20 @@ def _speedup(args) -> int:
     torch.set_num_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
-    wanted = {"all": ("draft", "ngram", "distilled", "medusa")}.get(args.method, (args.method,))
-    if args.target_executor == "numpy" and "medusa" in wanted:
-        if args.method == "medusa":
+    wanted = {"all": ("draft", "ngram", "distilled", "medusa", "eagle")}.get(
+        args.method, (args.method,)
+    )
+    if args.target_executor == "numpy" and {"medusa", "eagle"} & set(wanted):
+        # Both read the target's hidden states (LeanStep.hidden), which are tensor ops.
+        if args.method in ("medusa", "eagle"):
             raise ValueError(
-                "--target-executor numpy times chain drafts only: Medusa's tree passes run "
-                "as tensor ops (LeanStep.hidden); measure Medusa with the torch executor"
+                f"--target-executor numpy times chain drafts only: {args.method}'s target "
+                "calls read hidden states as tensor ops (LeanStep.hidden); measure it with "
+                "the torch executor"
             )
-        wanted = tuple(m for m in wanted if m != "medusa")
-        print("--target-executor numpy: Medusa left out (its tree passes are tensor ops)")
+        wanted = tuple(m for m in wanted if m not in ("medusa", "eagle"))
+        print("--target-executor numpy: Medusa and EAGLE left out (their target calls read")
+        print("  hidden states as tensor ops)")
     drafts = {}
     if "draft" in wanted:
         drafts["draft"] = load_pretrained("draft")
@@ -221,6 +285,10 @@ def _speedup(args) -> int:
         from ..distilled import load_distilled
 
         drafts["distilled"] = load_distilled()
+    if "eagle" in wanted:
+        from ..eagle import EagleProposer, load_eagle
+
+        drafts["eagle"] = EagleProposer(load_eagle(target=target), target)
     heads = None
     if "medusa" in wanted:
         from ..medusa import load_heads
@@ -340,4 +408,51 @@ def _beyond(args) -> int:
         "block": block,
     }
     print(f"wrote {bench.save_beyond_results(record, command, args.out)}")
+    return 0
+
+
+def _add_roofline(what) -> None:
+    from ..bench import DEFAULT_CONTEXT, GPUS, SHAPES
+
+    r = what.add_parser(
+        "roofline",
+        help="a MODEL, not a measurement: a GPU call priced by bytes and flops, and the "
+        "speedups it predicts at this course's measured acceptance",
+        description="A roofline model, not a measurement (bench.roofline): price one target "
+        "call of T new tokens for B sequences by the bytes it moves (weights once per call, "
+        "the KV cache, activations) and its flops at a GPU's published peaks, print its cost "
+        "over a one-token call and the ridge where it turns compute bound, then each "
+        "method's best speedup by Theorem 3.8 and with the call priced, at the acceptance "
+        "stored in data/results/ (speedup_cpu.json, eagle_cpu.json). Where a GPU record is "
+        "stored (tools/gpu_check.sh), it says so: that one is measured.",
+    )
+    r.add_argument("--gpu", choices=sorted(GPUS), default="h200", help="whose published peaks")
+    r.add_argument("--target", choices=sorted(SHAPES), default="llama-3-8b", help="target shape")
+    r.add_argument(
+        "--draft", choices=sorted(SHAPES), default="llama-3.2-1b", help="the draft model's shape"
+    )
+    r.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64], help="batch sizes")
+    r.add_argument(
+        "--context", type=int, default=DEFAULT_CONTEXT, help="tokens already cached per row"
+    )
+    r.add_argument("--overhead-us", type=float, default=0.0, help="fixed cost per call, in us")
+    r.add_argument("--temperature", type=float, default=1.0, help="whose stored acceptance")
+    r.set_defaults(run=run)
+
+
+def _roofline(args) -> int:
+    """The roofline model's table (bench.roofline_methods.format_roofline_report)."""
+    from .. import bench
+
+    print(
+        bench.format_roofline_report(
+            gpu=args.gpu,
+            target=args.target,
+            draft=args.draft,
+            batches=tuple(args.batch),
+            context=args.context,
+            overhead_s=args.overhead_us * 1e-6,
+            temperature=args.temperature,
+        )
+    )
     return 0

@@ -110,10 +110,10 @@ def _no_model_options(args) -> None:
 def _train_eagle(args) -> int:
     from ..eagle import train_shipped_eagle
 
-    steps = 1000 if args.steps is None else args.steps
-    out, meta = train_shipped_eagle(steps=steps, seed=args.seed, out=args.out)
+    out, meta = train_shipped_eagle(steps=args.steps, seed=args.seed, out=args.out)
     print(
-        f"eagle: {meta['params']:,} parameters, {steps} steps in {meta['train_seconds']:.1f} s, "
+        f"eagle: {meta['params']:,} parameters, {meta['steps']} steps in "
+        f"{meta['train_seconds']:.1f} s, "
         f"validation loss {meta['val_loss']:.4f}, alpha vs target {meta['alpha_vs_target']:.4f}"
         f" -> {out}"
     )

@@ -49,7 +49,25 @@ from ..model import CharGPT, check_model
 from ..sampling import NoiseBlocks, SamplingOptions
 from .graphs import check_cuda_graphs, steps_for
 
-__all__ = ["Proposer", "ModelProposer", "as_proposer", "audit_proposer", "draft_noise"]
+__all__ = [
+    "Proposer",
+    "ModelProposer",
+    "as_proposer",
+    "audit_proposer",
+    "draft_noise",
+    "softmax_rows",
+]
+
+
+def softmax_rows(logits: np.ndarray, out: np.ndarray, ones: np.ndarray) -> np.ndarray:
+    """The softmax of each row of ``logits`` (``[k, V]``, NumPy) written into ``out``: a
+    NumPy draft's ``q``. ``ones`` is a ``[V]`` vector of ones of ``out``'s dtype (the row
+    sums are one dot product: NumPy's axis reductions cost several microseconds at this
+    size). ``-inf`` logits (filtered out) give 0. Returns ``out``."""
+    np.subtract(logits, logits.max(axis=1, keepdims=True), out=out)
+    np.exp(out, out=out)
+    out /= (out @ ones)[:, None]
+    return out
 
 
 def draft_noise(sampling, generator, max_new_tokens: int, k: int, V: int, device, host=False):
@@ -231,10 +249,7 @@ class ModelProposer:
             out[j] = tok
         if noise is None:
             return k, None
-        q = self._q_np[:k]
-        np.subtract(lg[:k], lg[:k].max(axis=1, keepdims=True), out=q)
-        np.exp(q, out=q)  # -inf logits (filtered out) give 0
-        q /= (q @ self._ones)[:, None]
+        softmax_rows(lg[:k], self._q_np[:k], self._ones)
         return k, self._q_views[k]
 
     def _propose_graphed(self, ids, n, k, out):

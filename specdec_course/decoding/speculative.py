@@ -24,7 +24,6 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.nn import functional as F
 
 from .. import devices
 from .._validate import check_generator, check_int, check_proposer_fits
@@ -151,6 +150,7 @@ def speculative_generate(
         raise ValueError("a proposer with observe_target runs eager steps; drop cuda_graphs")
     step = steps_for(target, "target", k + 1, cuda_graphs)  # logits of [1, T] new tokens
     tc = step.cache
+    lean = step.lean if observe is not None else None  # eager here: graphs were refused
     w = target.lm_head.weight
     if n > 1:  # prefill everything but the pending last token
         t0 = clock() if clock else 0.0
@@ -191,10 +191,10 @@ def speculative_generate(
         # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
         if observe is None:
             logits = step(feeds[kk])
-        else:  # the same arithmetic as the eager step, with the features passed on first
-            hidden = target.decode_hidden(feeds[kk], tc)[0]
+        else:  # the lean step's own arithmetic, with the features passed on first
+            hidden = lean.hidden(feeds[kk][0], tc)
             observe(hidden, n - 1)
-            logits = F.linear(hidden, w)
+            logits = torch.mm(hidden, lean.w_t, out=step.out[: kk + 1])
         t2 = clock() if clock else 0.0
         if greedy:
             # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the

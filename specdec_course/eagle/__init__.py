@@ -19,13 +19,17 @@ target's features through the loop's ``observe_target`` hook) and ``training`` (
 from .draft import EagleDraft, EagleProposer, check_eagle
 from .training import (
     REBUILD_COMMAND,
+    SHIPPED,
     collect_features,
     eagle_alpha,
+    eagle_alpha_by_depth,
     eagle_loss,
     load_eagle,
     save_eagle,
     train_eagle,
     train_shipped_eagle,
+    unrolled_features,
+    unrolled_loss,
 )
 
 __all__ = [
@@ -33,11 +37,15 @@ __all__ = [
     "EagleProposer",
     "check_eagle",
     "REBUILD_COMMAND",
+    "SHIPPED",
     "collect_features",
     "eagle_alpha",
+    "eagle_alpha_by_depth",
     "eagle_loss",
     "load_eagle",
     "save_eagle",
     "train_eagle",
     "train_shipped_eagle",
+    "unrolled_features",
+    "unrolled_loss",
 ]

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from ..decoding.proposer import draft_noise
+from ..decoding.proposer import draft_noise, softmax_rows
 from ..model import CharGPT, KVCache, check_model
 from ..model.gpt import Block
+from ..model.host import host_ok
 from ..sampling import SamplingOptions
+from .host import HostEagle
 
 __all__ = ["EagleDraft", "EagleProposer", "check_eagle"]
 
@@ -151,7 +154,10 @@ class EagleProposer:
     Sampling is Gumbel-max over the processed logits (the ``SamplingOptions`` the loop
     passes), noise drawn at ``start`` from the proposer's generator, and ``q`` is the
     softmax of the same processed logits, so the loop stays exact. ``device`` is the
-    target's; CUDA graphs are not used.
+    target's; CUDA graphs are not used. On a CPU (float32 / float64) the steps, the draw
+    and ``q`` run in NumPy on the same memory (``eagle.host.HostEagle``), as the draft
+    model's do (``decoding.ModelProposer``); the tokens are those of the tensor steps up to
+    float32 rounding of the logits.
     """
 
     def __init__(self, draft: EagleDraft, target: CharGPT):
@@ -179,10 +185,21 @@ class EagleProposer:
             d.config.block_size, d.config.n_embd, dtype=w.dtype, device=w.device
         )
         if n > 1:
-            self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
+            with torch.no_grad():  # also when called outside the loop's inference mode
+                self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
         self.w_t = w.t()
         self.logits = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype, device=w.device)
-        self.noise = draft_noise(sampling, generator, max_new_tokens, k, self.vocab_size, w.device)
+        # The NumPy steps (eagle.host) on a CPU: weights folded once per generation.
+        self.host = HostEagle(d) if host_ok(w) else None
+        if self.host is not None:
+            self._np = (self.feats.numpy(), self.logits.numpy(), self.w_t.contiguous().numpy())
+            q = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype)
+            self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
+            self._ones = np.ones(self.vocab_size, self._q_np.dtype)
+        self._arrays_of = (None, None)
+        self.noise = draft_noise(
+            sampling, generator, max_new_tokens, k, self.vocab_size, w.device, self.host is not None
+        )
         self.calls = 0
 
     def observe_target(self, hidden: torch.Tensor, start: int) -> None:
@@ -197,9 +214,11 @@ class EagleProposer:
     ) -> tuple[int, torch.Tensor | None]:
         if n < 2:
             return 0, None
-        d, cache, p, w_t = self.draft, self.cache, self.params, self.w_t
         noise = None if self.noise is None else self.noise.take(k)
         self.calls += 1
+        if self.host is not None:
+            return self._propose_host(ids, n, k, out, noise)
+        d, cache, p, w_t = self.draft, self.cache, self.params, self.w_t
         m = cache.length
         h = d.step(self.feats[None, m : n - 1], ids[None, m + 1 : n], cache, p)[0, -1:]
         for j in range(k):
@@ -213,6 +232,31 @@ class EagleProposer:
                 h = d.step(h[None], out[None, j : j + 1], cache, p)[0]
         cache.crop(n - 1)  # pairs past n - 2 were built on predicted features
         return k, (None if noise is None else self.logits[:k].softmax(-1))
+
+    def _propose_host(self, ids, n: int, k: int, out, noise):
+        # propose() in NumPy: the same steps, draw and q, on views of the same memory.
+        host, cache = self.host, self.cache
+        feats, lg, w_t = self._np
+        if self._arrays_of != (ids, out):  # the loop passes the same buffers every time
+            self._arrays = (ids.numpy(), out.numpy())
+            self._arrays_of = (ids, out)
+        ids_np, out_np = self._arrays
+        m = cache.length
+        h = host.catch_up(feats[m : n - 1], ids_np[m + 1 : n], cache)
+        for j in range(k):
+            np.dot(h, w_t, out=lg[j])
+            if self.processed:
+                row = self.logits[j : j + 1]
+                row.copy_(self.sampling.logits(row))
+            tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
+            out_np[j] = tok
+            if j + 1 < k:
+                h = host.step(h, tok, cache)
+        cache.crop(n - 1)  # pairs past n - 2 were built on predicted features
+        if noise is None:
+            return k, None
+        softmax_rows(lg[:k], self._q_np[:k], self._ones)
+        return k, self._q_views[k]
 
     def commit(self, ids: torch.Tensor, n: int) -> None:
         # propose() already cropped to its n - 1, below any later n - 1: nothing to forget.

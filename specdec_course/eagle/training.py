@@ -5,6 +5,14 @@ EAGLE-1: the target's features over fixed training windows are computed once
 ``SmoothL1(f_hat, f) + 0.1 * CE(lm_head(f_hat), next token)`` (:func:`eagle_loss`).
 ``specdec-course train --preset eagle`` (:func:`train_shipped_eagle`) writes
 ``data/checkpoints/eagle.pt``; :func:`load_eagle` reads it.
+
+The shipped draft trains on more than EAGLE-1's loss (:func:`eagle_loss`, kept for the
+lesson): :func:`unrolled_loss` runs the draft as it drafts, several tokens deep, on every
+position at once (:func:`unrolled_features`: EAGLE-3's "training-time test"), with the
+target's whole next-token distribution as the token target and EAGLE's feature noise.
+The first draft of a proposal reads the target's true features, every later one the
+draft's own predictions: trained on the first only, the draft's acceptance falls with the
+draft's depth.
 """
 
 from __future__ import annotations
@@ -24,9 +32,13 @@ from .draft import EagleDraft
 
 __all__ = [
     "REBUILD_COMMAND",
+    "SHIPPED",
     "collect_features",
     "eagle_loss",
     "eagle_alpha",
+    "eagle_alpha_by_depth",
+    "unrolled_features",
+    "unrolled_loss",
     "train_eagle",
     "save_eagle",
     "load_eagle",
@@ -71,6 +83,108 @@ def eagle_loss(
     return reg + ce_weight * ce, reg, ce
 
 
+def _shift(t: torch.Tensor, by: int) -> torch.Tensor:
+    # t [B, nh, T, hs] moved ``by`` positions later along T (row i holds row i - by; zeros
+    # where there is none).
+    return t if by == 0 else F.pad(t, (0, 0, by, 0))[:, :, : t.shape[2]]
+
+
+def _unrolled_attention(q, keys, values, d: int) -> torch.Tensor:
+    # Draft depth d's attention at every position t at once: the committed pairs of depth
+    # 0 up to t - d (a causal block, offset), and one pair of each depth i = 1 .. d, the one
+    # it placed at t - d + i (a diagonal: one score per query). What the draft's cache holds
+    # when it drafts its (d + 1)-th token at t. q, keys[i], values[i]: [B, nh, T, hs].
+    if d == 0:
+        return F.scaled_dot_product_attention(q, keys[0], values[0], is_causal=True)
+    T, hs = q.shape[2], q.shape[3]
+    scale = hs**-0.5
+    s0 = (q @ keys[0].transpose(-1, -2)) * scale  # [B, nh, T, T]
+    keep = torch.ones(T, T, dtype=torch.bool, device=q.device).tril(-d)
+    s0 = s0.masked_fill(~keep, float("-inf"))
+    diag_k = [_shift(keys[i], d - i) for i in range(1, d + 1)]
+    diag_v = [_shift(values[i], d - i) for i in range(1, d + 1)]
+    sd = torch.stack([(q * k).sum(-1) * scale for k in diag_k], -1)  # [B, nh, T, d]
+    t = torch.arange(T, device=q.device)
+    valid = t[:, None] >= torch.arange(d - 1, -1, -1, device=q.device)[None, :]  # t - d + i >= 0
+    sd = sd.masked_fill(~valid, float("-inf"))
+    w = torch.cat([s0, sd], -1).softmax(-1)
+    y = w[..., :T] @ values[0]
+    for i, v in enumerate(diag_v):
+        y = y + w[..., T + i, None] * v
+    return y
+
+
+def unrolled_features(
+    draft: EagleDraft, f: torch.Tensor, x: torch.Tensor, depth: int, start: int = 0
+) -> list[torch.Tensor]:
+    """The draft run as it drafts, ``depth`` tokens deep, on every position at once.
+
+    Depth 0 reads the pairs ``(f_t, x_{t+1})`` of windows ``f [B, T, C]``, ``x [B, T]`` and
+    predicts ``f_{t+1}`` at row ``t`` (``draft(f[:, :-1], x[:, 1:])``). Depth ``d`` reads,
+    at position ``t``, the pair (depth ``d - 1``'s prediction of ``f_t``, ``x_{t+1}``), and
+    its attention sees exactly what the draft's cache would hold there: committed pairs up
+    to ``t - d`` and its own earlier drafted pairs (``_unrolled_attention``). Training on every
+    depth (EAGLE-3's "training-time test") teaches the draft to read its own predictions,
+    which is what it reads for every draft after the first. Returns ``depth`` tensors
+    ``[B, T - 1, C]``; rows ``t < d`` of depth ``d`` have no committed context and are not
+    meaningful."""
+    fin, e = f[:, :-1], F.embedding(x[:, 1:], draft.wte)
+    B, T, C = fin.shape
+    nh = draft.config.n_head
+    pos = draft.wpe.weight[start : start + T]
+    l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b = draft.block.step_params()
+    keys, values, outs, inp = [], [], [], fin
+    for d in range(depth):
+        h = draft.fc(torch.cat([inp, e], -1)) + pos
+        qkv = F.linear(F.layer_norm(h, (C,), l1w, l1b), aw, ab)
+        q, k, v = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # [B, nh, T, hs]
+        keys.append(k)
+        values.append(v)
+        y = _unrolled_attention(q, keys, values, d)
+        h = h + F.linear(y.transpose(1, 2).reshape(B, T, C), pw, pb)
+        h = h + F.linear(F.gelu(F.linear(F.layer_norm(h, (C,), l2w, l2b), fw, fb)), f2w, f2b)
+        outs.append(h)
+        inp = torch.cat([fin[:, :1], h[:, :-1]], 1)  # row t: the prediction of f_t
+    return outs
+
+
+def unrolled_loss(
+    draft: EagleDraft,
+    f: torch.Tensor,
+    x: torch.Tensor,
+    depth: int = 3,
+    *,
+    kl_weight: float = 1.0,
+    decay: float = 0.8,
+    noise: float = 0.0,
+    start: int = 0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss the shipped draft trains on: at every depth of :func:`unrolled_features`,
+    SmoothL1 to the target's feature plus ``kl_weight`` times ``KL(p || q)``, ``p`` the
+    target's next-token distribution there (``lm_head(f_{t+1})``) and ``q`` the draft's;
+    depth ``d`` weighted ``decay ** d``. The token term distils the target's whole
+    distribution (acceptance is ``sum(min(p, q))``, which a hard-label cross-entropy
+    approximates less directly). ``noise`` adds EAGLE's uniform feature noise
+    ``U(-noise, noise)`` to the target's features at the input. Returns
+    ``(loss, regression, kl)``, the last two averaged over depths."""
+    fin = f
+    if noise:
+        u = torch.rand(f.shape, generator=generator, device=f.device, dtype=f.dtype)
+        fin = f + (2 * u - 1) * noise
+    outs = unrolled_features(draft, fin, x, depth, start)
+    goal = f[:, 1:]
+    lp = draft.logits(goal).log_softmax(-1)
+    loss = reg_sum = kl_sum = 0.0
+    for d, fh in enumerate(outs):
+        reg = F.smooth_l1_loss(fh[:, d:], goal[:, d:])
+        lq = draft.logits(fh[:, d:]).log_softmax(-1)
+        kl = (lp[:, d:].exp() * (lp[:, d:] - lq)).sum(-1).mean()
+        loss = loss + decay**d * (reg + kl_weight * kl)
+        reg_sum, kl_sum = reg_sum + reg.detach(), kl_sum + kl.detach()
+    return loss, reg_sum / depth, kl_sum / depth
+
+
 @torch.inference_mode()
 def eagle_alpha(draft: EagleDraft, f: torch.Tensor, x: torch.Tensor) -> float:
     """Mean ``sum(min(p, q))`` at temperature 1 over the windows' positions: ``p`` the target's
@@ -82,10 +196,26 @@ def eagle_alpha(draft: EagleDraft, f: torch.Tensor, x: torch.Tensor) -> float:
     return float(p.minimum(q).sum(-1).mean())
 
 
+@torch.inference_mode()
+def eagle_alpha_by_depth(draft: EagleDraft, f: torch.Tensor, x: torch.Tensor, depth: int = 6):
+    """Mean ``sum(min(p, q))`` at temperature 1 for the draft's 1st, 2nd, ... ``depth``-th
+    token of a proposal, on windows ``f``, ``x`` (target features and ids): depth ``d`` is
+    :func:`unrolled_features`' (exactly what the draft's cache holds when it drafts there,
+    with the text's own tokens as the earlier drafts), ``p`` the target's distribution at
+    the same position. A list of ``depth`` floats; the first is :func:`eagle_alpha`."""
+    outs = unrolled_features(draft, f, x, depth)
+    p = draft.logits(f[:, 1:]).double().softmax(-1)
+    res = []
+    for d, fh in enumerate(outs):
+        q = draft.logits(fh[:, d:]).double().softmax(-1)
+        res.append(float(p[:, d:].minimum(q).sum(-1).mean()))
+    return res
+
+
 @dataclass
 class EagleTrainResult:
     draft: EagleDraft
-    history: dict = field(default_factory=dict)  # step, loss, reg, ce, lr
+    history: dict = field(default_factory=dict)  # step, loss, reg, kl, lr
     seconds: float = 0.0
 
 
@@ -94,30 +224,33 @@ def train_eagle(
     train_ids: torch.Tensor,
     *,
     steps: int = 1000,
-    batch_size: int = 8,
+    batch_size: int = 32,
     crop: int = 128,
     lr: float = 3e-3,
-    n_windows: int | None = 1024,
+    n_windows: int | None = None,
+    depth: int = 3,
+    noise: float = 0.1,
+    kl_weight: float = 1.0,
     seed: int = 0,
     progress: bool = True,
 ) -> EagleTrainResult:
-    """Train an ``EagleDraft`` on the frozen ``target`` with :func:`eagle_loss`.
+    """Train an ``EagleDraft`` on the frozen ``target`` with :func:`unrolled_loss`.
 
-    Features of ``n_windows`` fixed windows of ``train_ids`` are computed once; each of the
-    ``steps`` steps takes ``batch_size`` random windows, cut to ``crop`` positions at one
-    random offset (a step then costs half a full window's; AdamW, warm-up, cosine decay).
-    Same seed and thread count, same draft. Returns an ``EagleTrainResult`` (draft in eval
-    mode, history, wall seconds including the feature pass). Raises ValueError for bad
-    sizes."""
+    Features of ``n_windows`` fixed windows of ``train_ids`` (None: all non-overlapping
+    ones) are computed once; each of the ``steps`` steps takes ``batch_size`` random
+    windows, cut to ``crop`` positions at one random offset, and trains every draft depth
+    up to ``depth`` (AdamW, warm-up, cosine decay). Same seed and thread count, same draft.
+    Returns an ``EagleTrainResult`` (draft in eval mode, history, wall seconds including the
+    feature pass). Raises ValueError for bad sizes."""
     from tqdm import tqdm
 
     from ..train import TrainConfig, lr_at
 
     check_model(target, "target")
-    for name, v in (("steps", steps), ("batch_size", batch_size)):
+    for name, v in (("steps", steps), ("batch_size", batch_size), ("depth", depth)):
         check_int(v, name)
-    # three positions: one input pair, its feature target, and the token after it
-    check_int(crop, "crop", minimum=3, maximum=target.config.block_size)
+    # depth + 2 positions: the pairs a depth-d draft reads, its feature target, one more
+    check_int(crop, "crop", minimum=depth + 2, maximum=target.config.block_size)
     t0 = time.perf_counter()
     target.eval()
     f, x = collect_features(target, train_ids, n_windows)
@@ -129,7 +262,7 @@ def train_eagle(
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     tc = TrainConfig(steps=steps, lr=lr, min_lr=lr / 10, warmup=min(100, steps // 10))
-    hist: dict = {"step": [], "loss": [], "reg": [], "ce": [], "lr": []}
+    hist: dict = {"step": [], "loss": [], "reg": [], "kl": [], "lr": []}
     bar = tqdm(range(steps), desc="eagle draft", disable=not progress, mininterval=2.0, ncols=90)
     for step in bar:
         cur = lr_at(step, tc)
@@ -137,15 +270,24 @@ def train_eagle(
             g["lr"] = cur
         w = torch.randint(len(x), (batch_size,), generator=gen)
         s = int(torch.randint(x.shape[1] - crop + 1, (1,), generator=gen))
-        loss, reg, ce = eagle_loss(draft, f[w, s : s + crop], x[w, s : s + crop], start=s)
+        loss, reg, kl = unrolled_loss(
+            draft,
+            f[w, s : s + crop],
+            x[w, s : s + crop],
+            depth,
+            kl_weight=kl_weight,
+            noise=noise,
+            start=s,
+            generator=gen,
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        for key, val in (("step", step), ("loss", loss), ("reg", reg), ("ce", ce), ("lr", cur)):
+        for key, val in (("step", step), ("loss", loss), ("reg", reg), ("kl", kl), ("lr", cur)):
             hist[key].append(float(val.detach()) if torch.is_tensor(val) else float(val))
         if step % 100 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}", ce=f"{ce.item():.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}", kl=f"{kl.item():.3f}")
     bar.close()
     draft.eval()
     return EagleTrainResult(draft, hist, time.perf_counter() - t0)
@@ -204,38 +346,46 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
     return draft
 
 
+# The shipped draft's training (``specdec-course train --preset eagle``).
+SHIPPED = {"steps": 5540, "batch_size": 64, "crop": 128, "depth": 3, "noise": 0.1, "kl_weight": 1.0}
+
+
 def train_shipped_eagle(
-    *, steps: int = 1000, seed: int = 0, out: str | Path | None = None, progress: bool = True
+    *, steps: int | None = None, seed: int = 0, out: str | Path | None = None, progress: bool = True
 ) -> tuple[Path, dict]:
-    """Train the draft on the shipped target's training split, as the shipped ``eagle.pt``
-    was, and save it (default ``data/checkpoints/eagle.pt``). Returns ``(path, meta)``:
-    steps, seed, threads, seconds, validation loss and ``alpha_vs_target`` (:func:`eagle_alpha`
-    on 4 validation windows)."""
+    """Train the draft on the shipped target's training split with the shipped settings
+    (``SHIPPED``; ``steps`` overrides its step count) and save it (default
+    ``data/checkpoints/eagle.pt``). Returns ``(path, meta)``: the settings, seed, threads,
+    seconds, positions seen, validation loss and ``alpha_vs_target`` (:func:`eagle_alpha`)
+    and ``alpha_by_depth`` (:func:`eagle_alpha_by_depth`) on 16 validation windows."""
     from .. import data as D
     from ..model import load_pretrained
 
-    check_int(steps, "steps")
+    settings = dict(SHIPPED)
+    if steps is not None:
+        check_int(steps, "steps")
+        settings["steps"] = steps
     out = Path(out) if out else checkpoints_dir() / "eagle.pt"
     target = load_pretrained("target")
     tok = D.CharTokenizer(target.vocab)
     train_ids, val_ids = D.corpus_split(tok)
-    res = train_eagle(target, train_ids, steps=steps, seed=seed, progress=progress)
-    vf, vx = collect_features(target, val_ids, 4)
+    res = train_eagle(target, train_ids, seed=seed, progress=progress, **settings)
+    vf, vx = collect_features(target, val_ids, 16)
     with torch.inference_mode():
-        loss, reg, ce = eagle_loss(res.draft, vf, vx)
+        loss, reg, kl = unrolled_loss(res.draft, vf, vx, settings["depth"])
+    by_depth = eagle_alpha_by_depth(res.draft, vf, vx)
     meta = {
-        "steps": steps,
+        **settings,
         "seed": seed,
-        "batch_size": 8,
-        "crop": 128,
-        "windows": 1024,
         "threads": torch.get_num_threads(),
         "train_seconds": round(res.seconds, 1),
+        "positions": settings["steps"] * settings["batch_size"] * (settings["crop"] - 1),
         "params": sum(p.numel() for p in res.draft.parameters()),
         "val_loss": float(loss),
         "val_regression": float(reg),
-        "val_ce": float(ce),
-        "alpha_vs_target": eagle_alpha(res.draft, vf, vx),
+        "val_kl": float(kl),
+        "alpha_vs_target": by_depth[0],
+        "alpha_by_depth": by_depth,
         "command": REBUILD_COMMAND,
     }
     save_eagle(out, res.draft, target, meta)
