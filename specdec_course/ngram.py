@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from . import data as D
-from ._validate import check_int
+from ._validate import check_ids, check_int, check_real
 from .devices import DeviceLike
 from .devices import device as pick_device
 from .sampling import SamplingOptions, process_logits
@@ -128,8 +128,7 @@ class NgramDraft:
         t0 = time.perf_counter()
         self.device = pick_device(device)
         check_int(order, "order (characters of context + 1)")
-        if not 0.0 < float(discount) < 1.0:
-            raise ValueError(f"discount must lie in (0, 1); got {discount!r}")
+        check_real(discount, "discount", low=0.0, high=1.0, low_open=True, high_open=True)
         self.tokenizer = D.CharTokenizer(vocab)
         self.vocab_size = V = self.tokenizer.vocab_size
         if ids is None:
@@ -137,11 +136,9 @@ class NgramDraft:
                 ids, _ = D.corpus_split(self.tokenizer)
             else:
                 ids = self.tokenizer.encode(text)
-        ids = torch.as_tensor(ids)
-        if ids.dim() != 1 or ids.numel() <= order or ids.dtype not in (torch.int64, torch.int32):
+        ids = check_ids(ids, "ids", V)
+        if ids.numel() <= order:
             raise ValueError(f"ids must be 1-D integer ids longer than the order ({order})")
-        if int(ids.min()) < 0 or int(ids.max()) >= V:
-            raise ValueError(f"ids must lie in [0, {V}) (the tokenizer's vocabulary)")
         self.order, self.discount = order, float(discount)
         arr = ids.numpy().astype(np.int64)
         self.levels = [_Level(arr, L, V) for L in range(order)]
@@ -230,21 +227,17 @@ class NgramDraft:
         character after ``context`` (a str in the vocabulary, or ids)."""
         if isinstance(context, str):
             context = self.tokenizer.encode(context)
-        ids = torch.as_tensor(context, dtype=torch.long).flatten().tolist()
-        if any(not 0 <= t < self.vocab_size for t in ids):
-            raise ValueError(f"context ids must lie in [0, {self.vocab_size})")
+        ids = check_ids(context, "context", self.vocab_size).tolist()
         code, length = self._context(ids)
         return round_probs(torch.from_numpy(self._dist(np.array([code]), length)))[0]
 
     def batch_probs(self, contexts: torch.Tensor) -> torch.Tensor:
         """Distributions ``[n, V]`` (float64, exact binary) after a batch of contexts
         ``[n, order - 1]`` (ids, the most recent last): the rows ``probs`` returns."""
-        ctx = torch.as_tensor(contexts, dtype=torch.long)
         L = self.order - 1
-        if ctx.dim() != 2 or ctx.shape[1] != L:
+        ctx = check_ids(contexts, "contexts", self.vocab_size, dim=2)
+        if ctx.shape[1] != L:
             raise ValueError(f"contexts must have shape [n, {L}] (order - 1 characters)")
-        if ctx.numel() and (int(ctx.min()) < 0 or int(ctx.max()) >= self.vocab_size):
-            raise ValueError(f"context ids must lie in [0, {self.vocab_size})")
         codes = np.zeros(ctx.shape[0], dtype=np.int64)
         for col in ctx.numpy().T:  # oldest first: the most recent ends least significant
             codes = codes * self.vocab_size + col

@@ -17,7 +17,7 @@ from typing import Literal
 
 import torch
 
-from ._validate import ProbLike, check_pair
+from ._validate import ProbLike, check_optional_int, check_pair, check_real
 
 __all__ = [
     "residual_distribution",
@@ -288,7 +288,8 @@ MIN_TEMPERATURE = 1e-6
 
 def check_processing(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """ValueError unless the options are a temperature of 0 (greedy) or a finite number
-    >= ``MIN_TEMPERATURE``, top_k >= 1 and 0 < top_p <= 1."""
+    >= ``MIN_TEMPERATURE``, top_k an int >= 1 (not a float: ``2.0`` and ``inf`` are refused)
+    and top_p a number in (0, 1]; top_k and top_p may be None (no filter)."""
     t = temperature
     if (
         isinstance(t, bool)
@@ -300,10 +301,9 @@ def check_processing(temperature: float, top_k: int | None, top_p: float | None)
             f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g} "
             f"(smaller ones overflow the logits once divided by it); got {temperature!r}"
         )
-    if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k must be a whole number >= 1 or None; got {top_k!r}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] or None; got {top_p!r}")
+    check_optional_int(top_k, "top_k (characters kept; None keeps all)")
+    if top_p is not None:
+        check_real(top_p, "top_p (None keeps all)", low=0.0, high=1.0, low_open=True)
 
 
 def process_logits(

@@ -278,3 +278,94 @@ def test_bad_options_get_one_clear_error_and_no_work(argv, words, capsys, tmp_pa
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
     assert not any(tmp_path.glob("*.pt")) and not any(tmp_path.glob("*.csv"))
+
+
+# ------------------------------------------------- generate: the stored best k, and its errors
+
+
+@pytest.mark.parametrize("method", ["speculative", "ngram", "distilled", "eagle", "medusa"])
+def test_generate_runs_each_method_at_the_stored_best_k_and_compare_reports_its_speed(
+    method, capsys, monkeypatch
+):
+    from specdec_course import decoding, medusa
+
+    best = bench.stored_best(method, 1.0)
+    used = {}
+    for module, name in ((decoding, "speculative_generate"), (medusa, "medusa_generate")):
+        real = getattr(module, name)
+
+        def spy(*a, _real=real, **kw):
+            used.setdefault("k", kw.get("k"))
+            used.setdefault("tree", kw.get("tree"))
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(module, name, spy)
+    args = ["generate", "--method", method, "--max-new-tokens", "8", "--compare"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    if method == "medusa":
+        assert used["tree"] == best["tree"]
+        assert f"tree {best['tree']}: the fastest tree in the stored CPU bench" in out
+        how = f"tree {best['tree']}"
+    else:
+        assert used["k"] == best["k"]
+        assert f"k = {best['k']}: the fastest k for --method {method}" in out
+        how = f"k = {best['k']}"
+    assert best["record"] in out
+    assert f"the stored CPU bench measured {best['speedup']:.2f}x at {how}" in out
+
+
+def test_generate_k_overrides_the_stored_best_and_says_both(capsys):
+    best = bench.stored_best("ngram", 0.0)
+    k = best["k"] % 8 + 1  # another k
+    args = ["generate", "--method", "ngram", "--k", str(k), "--temperature", "0"]
+    assert cli.main([*args, "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert f"k = {k}: as --k gives it (the stored CPU bench's best is k = {best['k']}" in out
+
+
+def test_generate_reads_the_nearest_stored_temperature_and_says_so(capsys):
+    args = ["generate", "--method", "distilled", "--temperature", "0.8", "--max-new-tokens", "5"]
+    assert cli.main(args) == 0
+    assert "the stored temperature nearest to 0.8" in capsys.readouterr().out
+
+
+def test_generate_eagle_greedy_is_the_target_s_greedy_text(capsys):
+    texts = []
+    for method in ("autoregressive", "eagle"):
+        args = ["generate", "ROMEO:", "--method", method, "--temperature", "0"]
+        assert cli.main([*args, "--max-new-tokens", "30"]) == 0
+        texts.append(capsys.readouterr().out.split("-" * 60)[0])
+    assert texts[0] == texts[1]
+
+
+def test_stored_best_without_a_record_falls_back_to_the_default_k(capsys, monkeypatch):
+    from specdec_course.cli import generate as gen
+
+    def missing(*a, **kw):
+        raise FileNotFoundError("data/results/speedup_cpu.json not found")
+
+    monkeypatch.setattr(bench, "stored_best", missing)
+    setting, why = gen.choose_setting("speculative", None, 1.0)
+    assert setting["k"] == gen.DEFAULT_K and "no stored bench says better" in why
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        ([""], "the prompt is empty"),
+        (["x", "--max-new-tokens", "-1"], "--max-new-tokens must be >= 0"),
+        (["x" * 200, "--max-new-tokens", "100"], "shorten the prompt or lower --max-new-tokens"),
+        (["x", "--k", "0"], "--k must be >= 1"),
+        (["x", "--top-k", "0"], "--top-k must be >= 1"),
+        (["x", "--top-p", "1.5"], "--top-p must be in (0, 1]"),
+        (["x", "--top-p", "nan"], "--top-p must be in (0, 1]"),
+        (["caf\u00e9"], "the prompt cannot be encoded: character 'é' at index 3"),
+    ],
+)
+def test_generate_errors_speak_of_options_and_text(argv, words, capsys):
+    assert cli.main(["generate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    for api_name in ("prompt_ids", "max_new_tokens", "top_k", "top_p"):
+        assert api_name not in err

@@ -31,7 +31,9 @@ from pathlib import Path
 
 import torch
 
+from .._validate import check_int, check_real
 from ..devices import native_cpu_kernels
+from ._args import check_run
 from .records import load_record, save_record
 
 __all__ = [
@@ -104,6 +106,9 @@ def measure_dynamic(
     "best_fixed", "best_dynamic"}``
     (``mean_k``: drafts per iteration).
     """
+    check_run(target=target, drafts={"draft": draft}, prompts=prompts, repeats=repeats)
+    check_run(max_new_tokens=max_new_tokens, seed=seed, temperature=temperature)
+    check_real(c, "c", low=0.0, hint=" (the cost of a drafted token / a target step)")
     from ..decoding import SpecStats, generate, speculative_generate
 
     methods = {f"fixed k={k}": (draft, None, k) for k in DYNAMIC_KS}
@@ -262,6 +267,10 @@ def measure_batch(
     "crossover_B"}``: ``crossover_B`` is the smallest ``B`` where no ``k`` beats plain
     decoding (``None`` if speculation pays at every measured ``B``).
     """
+    check_run(target=target, drafts={"draft": draft}, prompts=prompts, prompt_dim=2, ks=ks)
+    check_run(repeats=repeats, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature)
+    for i, B in enumerate(batch_sizes):
+        check_int(B, f"batch_sizes[{i}]")
     from ..decoding import SpecStats
     from ..decoding.batched import generate_batch, speculative_generate_batch
 
@@ -326,6 +335,9 @@ def measure_block(
     Both verifiers decode every prompt ``runs`` times from the same seeds. Returns ``{"rows":
     [{"k", "token_accepted", "block_accepted", "gain"}]}`` (mean accepted drafts per
     iteration; ``gain`` = block / token)."""
+    check_run(target=target, drafts={"draft": draft}, prompts=prompts, ks=ks)
+    check_int(runs, "runs")
+    check_int(max_new_tokens, "max_new_tokens")
     from ..decoding import SpecStats, speculative_generate
 
     rows = []

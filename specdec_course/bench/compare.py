@@ -2,7 +2,8 @@
 
 ``specdec-course generate --compare`` times the chosen method against plain decoding in the
 same process (:func:`time_round_robin`); the README and ``generate --help`` name the method
-that the stored bench (``data/results/speedup_cpu.json``) found fastest (:func:`fastest_method`).
+that the stored bench (``data/results/speedup_cpu.json``) found fastest (:func:`fastest_method`),
+and ``generate`` runs each method at the setting that bench found best (:func:`stored_best`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import statistics
 import time
 from collections.abc import Callable
 
-from .._validate import check_int
+from .._validate import check_int, check_real
 
-__all__ = ["time_round_robin", "fastest_method", "describe_fastest"]
+__all__ = ["time_round_robin", "fastest_method", "describe_fastest", "stored_best", "BENCH_METHOD"]
 
 # The names `generate --method` uses for the bench's methods ("draft" is the draft model).
 CLI_METHOD = {
@@ -21,7 +22,10 @@ CLI_METHOD = {
     "ngram": "ngram",
     "distilled": "distilled",
     "medusa": "medusa",
+    "eagle": "eagle",  # bench speedup --method all measures it too
 }
+# ... and back: the stored record's name for each ``generate --method``.
+BENCH_METHOD = {cli: bench for bench, cli in CLI_METHOD.items()}
 
 
 def time_round_robin(runs: dict[str, Callable[[], object]], repeats: int = 5) -> dict[str, float]:
@@ -51,6 +55,7 @@ def fastest_method(record: dict, temperature: float = 1.0) -> dict:
     "plain_fastest" (True when no method beat plain decoding)}``. Raises ValueError when the
     record holds no run at that temperature.
     """
+    check_real(temperature, "temperature", low=0.0)
     runs = [r for r in record.get("results", []) if r.get("temperature") == temperature]
     if not runs:
         temps = sorted({r.get("temperature") for r in record.get("results", [])})
@@ -89,3 +94,62 @@ def describe_fastest(best: dict) -> str:
         f"{best['temperature']:g}: --method {best['method']} {how}, "
         f"{best['speedup']:.2f}x plain decoding"
     )
+
+
+def stored_best(method: str, temperature: float, *, speedup=None, eagle=None) -> dict:
+    """The best setting of ``generate --method`` in the stored CPU benches, for ``temperature``.
+
+    ``method`` as ``generate`` names it (``"speculative"``, ``"ngram"``, ``"distilled"``,
+    ``"medusa"``, ``"eagle"``). The record read is ``speedup`` (default: the stored ``bench
+    speedup`` record, ``data/results/speedup_cpu.json``) or, for ``"eagle"``, ``eagle``
+    (default: ``data/results/eagle_cpu.json``). When the record has no run at
+    ``temperature``, the run at the nearest stored temperature is used, and the answer says
+    so. Returns ``{"method", "k" (None for Medusa), "tree" (Medusa only), "speedup"
+    (measured over plain decoding), "temperature" (the stored run's), "exact" (False when
+    that is not ``temperature``), "machine", "record" (its file name)}``. Raises
+    FileNotFoundError when the record is missing, ValueError for another method or a record
+    without the method.
+    """
+    from .eagle import RESULTS_FILE, load_eagle_results
+    from .speedup import load_speedup_results
+
+    check_real(temperature, "temperature", low=0.0)
+    if method not in BENCH_METHOD:
+        raise ValueError(f"method must be one of {sorted(BENCH_METHOD)}; got {method!r}")
+    if method == "eagle":
+        record, name = (eagle if eagle is not None else load_eagle_results()), RESULTS_FILE
+        runs = record.get("runs", [])
+    else:
+        record = speedup if speedup is not None else load_speedup_results()
+        name, runs = "speedup_cpu.json", record.get("results", [])
+    if not runs:
+        raise ValueError(f"the stored record {name} holds no runs")
+    run = min(runs, key=lambda r: (abs(r["temperature"] - temperature), r["temperature"]))
+    key = BENCH_METHOD[method]
+    if method == "eagle":
+        best = run["methods"].get(key)
+        if best is None:
+            raise ValueError(f"the stored record {name} has no {key!r} rows")
+        k, tree, sp = best["best_k"], None, best["best_speedup"]
+    elif method == "medusa":
+        rows = run.get("medusa") or []
+        if not rows:
+            raise ValueError(f"the stored record {name} has no Medusa rows")
+        row = max(rows, key=lambda r: r["measured_speedup"])
+        k, tree, sp = None, row["tree"], row["measured_speedup"]
+    else:
+        rows = run["methods"].get(key)
+        if not rows:
+            raise ValueError(f"the stored record {name} has no {key!r} rows")
+        row = max(rows, key=lambda r: r["measured_speedup"])
+        k, tree, sp = row["k"], None, row["measured_speedup"]
+    return {
+        "method": method,
+        "k": k,
+        "tree": tree,
+        "speedup": sp,
+        "temperature": run["temperature"],
+        "exact": run["temperature"] == temperature,
+        "machine": record.get("machine", "unknown machine"),
+        "record": name,
+    }

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ._args import check_run
 from .records import load_record, save_record
 from .speedup import best_row, measure_speedup, validation_prompts
 
@@ -36,6 +37,7 @@ def measure_eagle(
     {name: {"rows": [{"k", "alpha", "c", "measured_speedup", "tokens_per_target_call"}],
     "best_k", "best_speedup", "alpha_at_best"}}}]}`` (load: the 1-minute load average; ``c``:
     a drafted token's cost in plain decoding's tokens, as in ``measure_speedup``)."""
+    check_run(temperatures=temperatures, ks=ks, repeats=repeats, max_new_tokens=max_new_tokens)
     from ..data import CharTokenizer
     from ..eagle import EagleProposer, load_eagle
     from ..model import load_pretrained

@@ -11,6 +11,7 @@ import statistics
 import torch
 
 from .. import devices
+from .._validate import check_int
 
 __all__ = ["FORWARD_SIZES", "time_forward", "forward_costs"]
 
@@ -46,6 +47,9 @@ def _forward_timer(model, n_new: int, context: int, draft: bool = False):
 
 def time_forward(model, n_new: int, *, context: int = 64, repeats: int = 200) -> float:
     """Median seconds of one cached forward over ``n_new`` new tokens after ``context`` ones."""
+    check_int(n_new, "n_new")
+    check_int(context, "context")
+    check_int(repeats, "repeats")
     once = _forward_timer(model, n_new, context)
     for _ in range(10):  # warm up allocator and caches
         once()
@@ -62,6 +66,9 @@ def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dic
     memory-bound premise), and ``c`` = draft call / target call for one token.
     """
     sizes = list(sizes)
+    for i, n in enumerate(sizes):
+        check_int(n, f"sizes[{i}]")
+    check_int(repeats, "repeats")
     timers = [(_forward_timer(target, n, 64), _forward_timer(draft, n, 64, True)) for n in sizes]
     runs = [([], []) for _ in sizes]
     for r in range(repeats + 10):

@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 
 from .. import devices
+from .._validate import check_int
 from ..paths import results_dir
+from ._args import check_run
 from .records import newest_record
 
 __all__ = [
@@ -106,6 +108,8 @@ def validation_prompts(tokenizer, n: int = 4, length: int = 32) -> list[torch.Te
     """``n`` fixed ``length``-character prompts, evenly spaced through the validation split."""
     from ..data import corpus_split
 
+    check_int(n, "n (prompts)")
+    check_int(length, "length (characters per prompt)")
     _, val = corpus_split(tokenizer)
     step = (val.numel() - length) // n
     return [val[i * step : i * step + length].clone() for i in range(n)]
@@ -209,8 +213,19 @@ def measure_speedup(
     time split (prefill shared out, draft, target, verify, rest; means over all repeats).
     Costs are medians over the repeats. The prompts may live anywhere; the methods run on
     the target's device (see the module docstring for GPUs and ``cuda_graphs``), and the
-    result records ``device`` and ``cuda_graphs``.
+    result records ``device`` and ``cuda_graphs``. Raises ValueError, before timing
+    anything, for arguments that are not what they should be (``bench._args.check_run``).
     """
+    check_run(
+        target=target,
+        drafts=drafts,
+        prompts=prompts,
+        ks=ks,
+        repeats=repeats,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        temperature=temperature,
+    )
     from ..decoding import SpecStats, generate, speculative_generate
     from ..medusa import medusa_generate
 

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
+
+from ..sampling import MIN_TEMPERATURE
 
 METHODS = {
     "autoregressive": "plain decoding: one target call per character (the baseline)",
     "speculative": "the 1-layer draft model proposes --k characters, the target verifies them",
     "ngram": "a counted character n-gram proposes --k characters (costs almost nothing)",
     "distilled": "the n-gram table distilled from the target proposes --k characters",
+    "eagle": "an EAGLE-style layer over the target's features proposes --k characters",
     "medusa": "Medusa heads on the target propose a tree of candidates",
 }
+DRAFTING = ("speculative", "ngram", "distilled", "eagle")  # the methods --k applies to
+DEFAULT_K = 4  # speculative_generate's default: used when no stored bench says better
 COMPARE_REPEATS = 5
 
 
@@ -45,9 +51,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--k",
         type=int,
-        default=4,
-        help="drafts per iteration (speculative, ngram, distilled); never more are drafted "
-        "than the characters still to generate",
+        default=None,
+        help="drafts per iteration (speculative, ngram, distilled, eagle); never more are "
+        "drafted than the characters still to generate. Unset: the k that the stored CPU "
+        "bench measured fastest for the method at this temperature (data/results/), and the "
+        "output says which k it used and why",
     )
     p.add_argument("--max-new-tokens", type=int, default=200, help="characters to generate")
     p.add_argument(
@@ -70,6 +78,86 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+def _check_args(args, block_size: int) -> None:
+    # Options are checked here, in the words of the command line: the API's own errors
+    # would name its parameters (prompt_ids, max_new_tokens) instead.
+    if args.prompt == "":
+        raise ValueError("the prompt is empty; give some text to continue, e.g. 'ROMEO:'")
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0; got {args.max_new_tokens}")
+    total = len(args.prompt) + args.max_new_tokens
+    if total > block_size:
+        raise ValueError(
+            f"the prompt ({len(args.prompt)} characters) and --max-new-tokens "
+            f"({args.max_new_tokens}) make {total} characters, more than the {block_size} the "
+            "models were trained on; shorten the prompt or lower --max-new-tokens"
+        )
+    if args.k is not None and args.k < 1:
+        raise ValueError(f"--k must be >= 1; got {args.k}")
+    t = args.temperature
+    if not (math.isfinite(t) and (t == 0 or t >= MIN_TEMPERATURE)):
+        raise ValueError(
+            f"--temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}; got {t}"
+        )
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"--top-k must be >= 1; got {args.top_k}")
+    if args.top_p is not None and not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
+        raise ValueError(f"--top-p must be in (0, 1]; got {args.top_p}")
+
+
+def _encode(tok, text: str):
+    try:
+        return tok.encode(text)
+    except ValueError as e:
+        raise ValueError(f"the prompt cannot be encoded: {e}") from None
+
+
+def choose_setting(method: str, k: int | None, temperature: float) -> tuple[dict, str]:
+    """The k (or Medusa tree) ``generate`` decodes with, and the sentence saying why.
+
+    ``k`` is ``--k`` (None: unset). Returns ``({"k": int | None, "tree": str | None,
+    "stored": stored_best's answer or None}, why)``."""
+    from ..bench import stored_best
+
+    if method == "autoregressive":
+        why = "" if k is None else "--k does not apply to plain decoding"
+        return {"k": None, "tree": None, "stored": None}, why
+    try:
+        best = stored_best(method, temperature)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        best, missing = None, str(e)
+    if best is not None:
+        at = f"temperature {best['temperature']:g}"
+        if not best["exact"]:
+            at += f", the stored temperature nearest to {temperature:g}"
+        where = f"{best['record']} ({best['machine']}), {at}"
+    if method == "medusa":
+        unused = "" if k is None else " (--k does not apply: Medusa's tree sets its drafts)"
+        if best is None:
+            return {"k": None, "tree": "small", "stored": None}, (
+                f"tree small: the default; no stored bench to choose from ({missing}){unused}"
+            )
+        return {"k": None, "tree": best["tree"], "stored": best}, (
+            f"tree {best['tree']}: the fastest tree in the stored CPU bench, {where}: "
+            f"{best['speedup']:.2f}x plain decoding there{unused}"
+        )
+    if k is not None:
+        why = f"k = {k}: as --k gives it"
+        if best is not None:
+            why += f" (the stored CPU bench's best is k = {best['k']}, "
+            why += f"{best['speedup']:.2f}x, {where})"
+        return {"k": k, "tree": None, "stored": best}, why
+    if best is None:
+        return {"k": DEFAULT_K, "tree": None, "stored": None}, (
+            f"k = {DEFAULT_K}: the default, since no stored bench says better ({missing}); "
+            "--k sets it"
+        )
+    return {"k": best["k"], "tree": None, "stored": best}, (
+        f"k = {best['k']}: the fastest k for --method {method} in the stored CPU bench, "
+        f"{where}: {best['speedup']:.2f}x plain decoding there; --k overrides it"
+    )
+
+
 def run(args) -> int:
     from ..data import CharTokenizer
     from ..decoding import generate, speculative_generate
@@ -77,8 +165,11 @@ def run(args) -> int:
 
     torch.set_num_threads(1)
     target = load_pretrained("target")
+    _check_args(args, target.config.block_size)
     tok = CharTokenizer(target.vocab)
-    prompt = tok.encode(args.prompt)
+    prompt = _encode(tok, args.prompt)
+    setting, why = choose_setting(args.method, args.k, args.temperature)
+    k = setting["k"]
     opts = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     draft = heads = None  # built before the clock starts: the timing is of decoding alone
     if args.method == "ngram":
@@ -92,6 +183,10 @@ def run(args) -> int:
     elif args.method == "speculative":
         draft = load_pretrained("draft")
         draft.draft_step()  # part of loading it: the first step would build it otherwise
+    elif args.method == "eagle":
+        from ..eagle import EagleProposer, load_eagle
+
+        draft = EagleProposer(load_eagle(target=target), target)
     elif args.method == "medusa":
         from ..medusa import load_heads, medusa_generate
 
@@ -103,9 +198,11 @@ def run(args) -> int:
             return generate(target, prompt, args.max_new_tokens, generator=g, **opts), None
         if draft is not None:
             return speculative_generate(
-                target, draft, prompt, args.max_new_tokens, k=args.k, generator=g, **opts
+                target, draft, prompt, args.max_new_tokens, k=k, generator=g, **opts
             )
-        return medusa_generate(target, heads, prompt, args.max_new_tokens, generator=g, **opts)
+        return medusa_generate(
+            target, heads, prompt, args.max_new_tokens, tree=setting["tree"], generator=g, **opts
+        )
 
     t0 = time.perf_counter()
     out, stats = decode(args.method)
@@ -114,16 +211,18 @@ def run(args) -> int:
     print("-" * 60)
     print(
         f"{args.method}: {args.max_new_tokens} new characters in {dt:.2f}s "
-        f"({args.max_new_tokens / dt:.0f} chars/s)"
+        f"({args.max_new_tokens / max(dt, 1e-9):.0f} chars/s)"
     )
+    if why:
+        print(why)
     if stats is not None:
         print(stats.summary())
     if args.compare:
-        print(_compare(args, decode))
+        print(_compare(args, decode, setting))
     return 0
 
 
-def _compare(args, decode) -> str:
+def _compare(args, decode, setting: dict) -> str:
     from ..bench import time_round_robin
 
     if args.method == "autoregressive":
@@ -137,8 +236,18 @@ def _compare(args, decode) -> str:
         if ratio >= 1
         else f"plain decoding is faster: {args.method} runs at {ratio:.2f}x its speed"
     )
+    best = setting["stored"]
+    stored = ""
+    if best is not None:
+        how = f"tree {setting['tree']}" if setting["k"] is None else f"k = {setting['k']}"
+        at_best = setting["k"] == best["k"] and setting["tree"] == best["tree"]
+        stored = (
+            f" (the stored CPU bench measured {best['speedup']:.2f}x at {how})"
+            if at_best
+            else f" (the stored CPU bench's best, at k = {best['k']}, was {best['speedup']:.2f}x)"
+        )
     return (
         f"on this machine (median of {COMPARE_REPEATS} round-robin runs each): "
         f"{args.method} {n / s[args.method]:.0f} chars/s, autoregressive "
-        f"{n / s['autoregressive']:.0f} chars/s; {verdict}"
+        f"{n / s['autoregressive']:.0f} chars/s; {verdict}{stored}"
     )

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from .._validate import check_int
+from .._validate import check_generator, check_ids, check_int, check_proposer_fits
 from ..block_verifier import block_verify
 from ..devices import with_native_cpu_kernels
 from ..model import CharGPT, check_model
@@ -45,21 +45,21 @@ __all__ = ["check_prompts", "generate_batch", "speculative_generate_batch"]
 def check_prompts(model: CharGPT, prompts, max_new_tokens: int, extra: int = 0) -> torch.Tensor:
     """``prompts`` as int64 ``[B, T]`` (equal lengths), checked against ``model``.
 
-    Raises ValueError for a non-2-D or empty batch, ids outside the vocabulary, or
+    ``prompts``: a tensor, array or list of equal-length rows of integer ids
+    (``_validate.check_ids``). Raises ValueError for a non-2-D, ragged or empty batch, ids
+    that are not integers or lie outside the vocabulary, or
     ``T + max_new_tokens + extra`` beyond the model's context (``extra``: positions a loop
     may write past the last kept token, e.g. ``k`` drafts of a finished row).
     """
     check_model(model)
-    if not isinstance(prompts, torch.Tensor) or prompts.dim() != 2 or prompts.numel() == 0:
+    if isinstance(prompts, (list, tuple)) and prompts and isinstance(prompts[0], torch.Tensor):
+        prompts = [p.tolist() if isinstance(p, torch.Tensor) else p for p in prompts]
+    prompts = check_ids(prompts, "prompts", model.config.vocab_size, dim=2)
+    if prompts.numel() == 0:
         raise ValueError(
-            "prompts must be a non-empty int64 tensor [B, T] (equal-length prompts, one per "
-            "row; torch.stack a list of 1-D prompts)"
+            "prompts is empty; give a [B, T] batch of equal-length prompts, one per row "
+            "(torch.stack a list of 1-D prompts)"
         )
-    if prompts.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"prompts must hold integer ids (int64); got {prompts.dtype}")
-    V = model.config.vocab_size
-    if int(prompts.min()) < 0 or int(prompts.max()) >= V:
-        raise ValueError(f"prompts hold ids outside the vocabulary [0, {V})")
     check_int(max_new_tokens, "max_new_tokens", minimum=0)
     total = prompts.shape[1] + max_new_tokens + extra
     if total > model.config.block_size:
@@ -92,6 +92,7 @@ def generate_batch(
     """
     ids = check_prompts(model, prompts, max_new_tokens)
     smp = SamplingOptions(temperature, top_k, top_p)
+    check_generator(generator)
     B, n0 = ids.shape
     out = torch.empty(B, n0 + max_new_tokens, dtype=torch.long)
     out[:, :n0] = ids
@@ -141,9 +142,9 @@ def speculative_generate_batch(
     check_int(k, "k (drafts per iteration)")
     ids = check_prompts(target, prompts, max_new_tokens, extra=k)
     check_model(draft, "draft")
+    check_proposer_fits(draft, target)
+    check_generator(generator)
     V = target.config.vocab_size
-    if draft.config.vocab_size != V:
-        raise ValueError(f"target and draft must share a vocabulary ({V} and {draft.config})")
     if ids.shape[1] < 2:
         raise ValueError("prompts must hold at least 2 tokens per row (the draft feeds two)")
     if verify not in ("token", "block"):

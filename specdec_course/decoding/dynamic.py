@@ -34,11 +34,10 @@ accepted)``):
 
 from __future__ import annotations
 
-import math
 from typing import Protocol, runtime_checkable
 
 from .. import theory
-from .._validate import check_int
+from .._validate import check_int, check_real, is_int
 
 __all__ = ["KPolicy", "HeuristicK", "ControllerK", "check_policy"]
 
@@ -55,13 +54,36 @@ class KPolicy(Protocol):
 
 
 def check_policy(policy) -> KPolicy:
-    """``policy`` if it has ``start``, ``next_k`` and ``update``; else a ValueError."""
+    """``policy``, checked on every call: a ValueError now unless it has ``start``,
+    ``next_k`` and ``update``, and one naming it whenever its ``next_k()`` returns anything
+    but an int >= 0 (2.5 or None would otherwise fail deep in the loop)."""
     if not isinstance(policy, KPolicy):
         raise ValueError(
             "k_policy must have start(k_max), next_k() and update(drafted, accepted) (see "
             f"specdec_course.decoding.dynamic); got {type(policy).__name__}"
         )
-    return policy
+    return _Checked(policy)
+
+
+class _Checked:
+    """A k policy whose ``next_k()`` answers are checked (one type test per iteration)."""
+
+    __slots__ = ("policy", "start", "update", "_next_k")
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.start, self.update, self._next_k = policy.start, policy.update, policy.next_k
+
+    def next_k(self) -> int:
+        k = self._next_k()
+        if type(k) is int and k >= 0:
+            return k
+        if is_int(k) and k >= 0:
+            return int(k)
+        raise ValueError(
+            f"k_policy {self.policy!r}: next_k() returned {k!r} ({type(k).__name__}); it must "
+            "return an int >= 0, the number of drafts to ask for next"
+        )
 
 
 class HeuristicK:
@@ -124,16 +146,9 @@ class ControllerK:
         prior_weight: float = 2.0,
         memory: int | None = None,
     ):
-        if not (isinstance(c, (int, float)) and c >= 0 and math.isfinite(c)):
-            raise ValueError(
-                f"c must be a finite number >= 0 (draft cost / target step); got {c!r}"
-            )
-        if not (isinstance(prior_alpha, (int, float)) and 0 <= prior_alpha <= 1):
-            raise ValueError(f"prior_alpha must be a number in [0, 1]; got {prior_alpha!r}")
-        self.c, self.prior_alpha = float(c), float(prior_alpha)
-        if not prior_weight > 0:
-            raise ValueError(f"prior_weight must be > 0; got {prior_weight!r}")
-        self.prior_weight = float(prior_weight)
+        self.c = check_real(c, "c", low=0.0, hint=" (the cost of a drafted token / a target step)")
+        self.prior_alpha = check_real(prior_alpha, "prior_alpha", low=0.0, high=1.0)
+        self.prior_weight = check_real(prior_weight, "prior_weight", low=0.0, low_open=True)
         self.memory = None if memory is None else check_int(memory, "memory")
         self.k_max = 1
         self._table = [1] * 101

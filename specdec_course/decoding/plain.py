@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validate import check_int
+from .._validate import check_generator, check_ids, check_int
 from ..devices import with_native_cpu_kernels
 from ..model import CharGPT, FoldedCache, KVCache, check_model
 from ..sampling import SamplingOptions, exp_noise
@@ -21,35 +21,17 @@ __all__ = ["check_prompt", "generate", "caches_consistent", "gumbel"]
 def check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model") -> torch.Tensor:
     """The prompt as 1-D int64 ids, checked against ``model`` and ``max_new_tokens``.
 
-    Accepts a 1-D tensor (or ``[1, T]``) or a list of ints. Raises ValueError when ``model``
-    is not a ``CharGPT``, the prompt is empty or holds ids outside the vocabulary, or prompt
-    plus ``max_new_tokens`` exceeds the model's context.
+    Accepts a 1-D integer tensor or array (or ``[1, T]``) or a list of ints
+    (``_validate.check_ids``: a float is refused, never truncated). Raises ValueError when
+    ``model`` is not a ``CharGPT``, the prompt is empty, not integer ids or holds ids outside
+    the vocabulary, ``max_new_tokens`` is not an int >= 0, or prompt plus
+    ``max_new_tokens`` exceeds the model's context.
     """
     check_model(model, name)
-    if isinstance(prompt_ids, torch.Tensor):
-        ids = prompt_ids
-    else:
-        try:
-            ids = torch.tensor(list(prompt_ids), dtype=torch.long)
-        except (TypeError, ValueError):
-            raise ValueError(
-                "prompt_ids must be a 1-D int64 tensor or a list of ints; encode text with "
-                "CharTokenizer.encode"
-            ) from None
-    if ids.dim() == 2 and ids.shape[0] == 1:
-        ids = ids[0]
-    if ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(
-            f"prompt_ids must be a 1-D int64 tensor; got shape {tuple(ids.shape)} {ids.dtype}"
-        )
+    V = model.config.vocab_size
+    ids = check_ids(prompt_ids, "prompt_ids", V)
     if ids.numel() == 0:
         raise ValueError("prompt_ids is empty; give at least one token (e.g. a newline)")
-    V = model.config.vocab_size
-    if int(ids.min()) < 0 or int(ids.max()) >= V:
-        raise ValueError(
-            f"prompt_ids holds ids outside the vocabulary [0, {V}); encode the prompt with "
-            "the model's CharTokenizer"
-        )
     check_int(max_new_tokens, "max_new_tokens", minimum=0)
     total = ids.numel() + max_new_tokens
     if total > model.config.block_size:
@@ -99,6 +81,7 @@ def generate(
     """
     ids = check_prompt(model, prompt_ids, max_new_tokens)
     smp = SamplingOptions(temperature, top_k, top_p)
+    check_generator(generator)
     dev = model.lm_head.weight.device
     n0 = ids.numel()
     end = n0 + max_new_tokens

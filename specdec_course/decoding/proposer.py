@@ -26,6 +26,12 @@ drafted past them. ``speculative_generate`` drives any object with these three m
     text; the rest scored drafts that may have been rejected. Proposers without it cost
     the loop nothing.
 
+``target`` (optional attribute)
+    the target the proposer was built for (``eagle.EagleProposer`` has one):
+    ``speculative_generate`` refuses any other target on entry
+    (``_validate.check_proposer_fits``, which also compares the characters behind the ids
+    where the proposer declares them: a ``tokenizer`` or a ``vocab``).
+
 ``ModelProposer`` wraps a ``CharGPT`` draft; ``specdec_course.ngram.NgramDraft`` counts
 characters instead. ``audit_proposer`` checks empirically that a proposer's drafts follow the
 ``q`` it reports: one that lies breaks exactness, and this is how to catch it.
@@ -38,6 +44,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from .._validate import check_ids, check_int, check_real
 from ..model import CharGPT, check_model
 from ..sampling import NoiseBlocks, SamplingOptions
 from .graphs import check_cuda_graphs, steps_for
@@ -131,8 +138,8 @@ class ModelProposer:
 
     def __init__(self, model: CharGPT, *, cuda_graphs: bool = False, p_min: float | None = None):
         self.model = check_model(model, "draft")
-        if p_min is not None and not 0.0 <= p_min <= 1.0:
-            raise ValueError(f"p_min must be a probability in [0, 1] or None; got {p_min!r}")
+        if p_min is not None:
+            check_real(p_min, "p_min (a probability, or None)", low=0.0, high=1.0)
         if p_min is not None and cuda_graphs:
             raise ValueError(
                 "p_min (the confidence stop) runs eager steps; use it without cuda_graphs"
@@ -304,8 +311,10 @@ def audit_proposer(
     from ..stats import chi_square_test, counts
 
     proposer = as_proposer(draft)
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long).flatten()
+    ids = check_ids(prompt_ids, "prompt_ids", proposer.vocab_size)
     n = ids.numel()
+    check_int(runs, "runs")
+    check_int(seed, "seed", minimum=0)
     smp = SamplingOptions(temperature, top_k, top_p)
     if smp.greedy:
         raise ValueError("temperature 0 drafts are deterministic; audit at temperature > 0")

@@ -26,7 +26,7 @@ import time
 import torch
 
 from .. import devices
-from .._validate import check_int
+from .._validate import check_generator, check_int, check_proposer_fits
 from ..block_verifier import block_verify_row
 from ..devices import check_same_device, with_native_cpu_kernels
 from ..model import CharGPT
@@ -96,24 +96,25 @@ def speculative_generate(
     (``sampling.NoiseBlocks``), so a run that accepts many drafts draws few rows.
 
     Models, proposer and the returned ids live on the target's device (the prompt may be
-    anywhere). Returns ``(ids, SpecStats)``. Raises ValueError for bad prompts or options, a
-    draft that is neither a ``CharGPT`` nor a proposer, a vocabulary or a device that
-    differs, or ``cuda_graphs`` off a CUDA GPU or with a proposer that observes the target.
+    anywhere). Returns ``(ids, SpecStats)``. Raises ValueError, on entry, for bad prompts or
+    options, a draft that is neither a ``CharGPT`` nor a proposer, a vocabulary or a device
+    that differs (``_validate.check_proposer_fits``: also ids that mean other characters, and
+    a proposer built for another target), ``cuda_graphs`` off a CUDA GPU or with a proposer
+    that observes the target; and, during the run, a ``k_policy`` whose ``next_k()`` is not
+    an int >= 0.
     """
     wall0 = time.perf_counter()
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
+    proposer = as_proposer(draft, cuda_graphs=cuda_graphs)
+    check_proposer_fits(proposer, target)
     if isinstance(draft, CharGPT):
         check_prompt(draft, ids, max_new_tokens, "draft")
-    proposer = as_proposer(draft, cuda_graphs=cuda_graphs)
     dev = target.lm_head.weight.device
     if getattr(proposer, "device", dev) != dev:
         check_same_device("the draft", proposer.device, "the target", dev)
     V = target.config.vocab_size
-    if proposer.vocab_size != V:
-        raise ValueError(
-            f"target and draft must share a vocabulary; got sizes {V} and {proposer.vocab_size}"
-        )
     check_int(k, "k (drafts per iteration)")
+    check_generator(generator)
     if verify not in ("token", "block"):
         raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
     policy = None if k_policy is None else check_policy(k_policy)

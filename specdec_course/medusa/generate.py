@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from .._validate import check_generator
 from ..decoding import SpecStats, check_prompt
 from ..devices import check_same_device, model_device, with_native_cpu_kernels
 from ..model import CharGPT, KVCache
@@ -250,6 +251,7 @@ def medusa_generate(
     dev = model.lm_head.weight.device
     tb = _checked_tree(model, heads, tree).to(dev)
     process = SamplingOptions(temperature, top_k, top_p).logits  # checks the options
+    check_generator(generator)
     greedy = temperature == 0
     identity = temperature == 1.0 and top_k is None and top_p is None
     n = ids.numel()
