@@ -11,12 +11,20 @@ where speculation stops paying.
 ``generate_batch`` is the baseline: ``B`` rows of equal-length prompts, one call per token
 for all rows (one shared cache length). ``speculative_generate_batch`` runs Leviathan et
 al.'s loop on every row at once: the draft model proposes ``k`` tokens per row, one target
-call scores every row's block, the batched verifier (``verifier.rejection_sample``, or
-``block_verifier.block_verify``) accepts a different number in each row, and each row's
-caches roll back to its own length (``model.ragged``). Rows that finish early ride along
-(their work is discarded) until the last one is done. The batch-1 loop
-(``speculative_generate``) stays the fast path for one sequence: this loop pays for its
-generality with a few dozen batched ops per iteration.
+call scores every row's block, the verifier (the token rule in NumPy, ``_token_verify``,
+pinned to ``verifier.rejection_sample`` by the tests; or ``block_verifier``) accepts a
+different number in each row, and each row moves on by its own count. Rows that finish
+early ride along (their work is discarded) until the last one is done.
+
+Both loops take the same lean steps (``model.ragged.batch_steps``): for a batch,
+``RaggedSteps`` (one ``index_copy_`` per layer writes every row's keys and values at its
+own slots; the ragged mask is rows of the causal bias, selected, never built); for one row,
+the batch-1 ``LeanStep``, and speculation then also takes the folded draft step and the
+batch-1 verifier, as ``speculative_generate`` does. So the baseline is never a slower step
+than the speculating arm's, and ``bench.batch_call_costs`` times these same calls. The
+positions are the loop's committed lengths, so rollback is nothing at all; the per-row
+bookkeeping (lengths, the commit as one indexed write, the accept counts) is NumPy on the
+tensors' memory, with no Python per row.
 
 Draft cache invariant: with ``n_b`` tokens committed in row ``b``, the draft's cache holds
 ``x[0 .. n_b - 3]`` and each proposal starts by feeding the last two committed tokens (the
@@ -135,8 +143,9 @@ def speculative_generate_batch(
     decoding's, and at ``temperature=0`` it is the target's greedy text. Returns ``(ids [B, T
     + max_new_tokens], SpecStats)``: ``iterations`` counts (row, iteration) pairs of rows
     still decoding, ``target_calls`` and ``draft_calls`` the batched forward calls,
-    ``emitted`` all rows' new tokens. Random numbers come from ``generator``, per iteration:
-    the draft's Gumbel noise ``[B, V]`` per step, then the verifier's uniforms and noise.
+    ``emitted`` all rows' new tokens. Random numbers come from ``generator`` in blocks of
+    iterations (``_Noise``): the draft's Gumbel noise, then the verifier's uniforms and
+    Exp(1) draws.
     Raises ValueError for bad prompts, options or models, or ``T + max_new_tokens + k``
     beyond the context (a finished row's drafts still take positions).
     """

@@ -10,6 +10,12 @@ the slots ``0 .. its own position`` of its row. Slots past a row's length hold w
 rejected draft left there; the mask hides them and the next call overwrites them (as in
 gpt-fast, where rollback costs nothing). Invariant: after ``crop(lengths)`` row ``b`` holds
 exactly its first ``lengths[b]`` positions.
+
+``RaggedSteps`` is the decoding loops' fast path over the same idea: lean steps (the
+arithmetic of ``model.lean.LeanStep``) for ``B`` rows at positions the caller keeps, one
+``index_copy_`` per layer for the keys and one for the values, and the mask taken as rows
+of the causal bias. ``OneRowSteps`` gives one row the batch-1 ``LeanStep`` behind the same
+interface; ``batch_steps(model, B)`` picks between them, for the loops and the benchmark.
 """
 
 from __future__ import annotations
