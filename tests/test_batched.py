@@ -4,7 +4,9 @@ Exactness: 6,000 rows of one batched call on a tiny random target and draft over
 (1 layer, large weights); every row is an independent run, so the 81 codes of its 4 new
 symbols are tested against the exact enumeration by chi-square with threshold df + 10
 sqrt(2 df) (df below 80: false-failure rate below 1e-8 per test, asserted). The rows accept
-different numbers of drafts in every iteration, so the ragged caches are exercised.
+different numbers of drafts in every iteration, so the ragged caches are exercised. The
+same test runs with a two-layer target (the ragged step's later layers), and 2,000 calls of
+one row each test the one-row path (the batch-1 steps and verifier), at the same rate.
 """
 
 import pytest
@@ -14,8 +16,14 @@ from helpers import exact_sequence_law, sequence_codes, tiny_model
 from specdec_course import stats
 from specdec_course.decoding import generate
 from specdec_course.decoding.batched import generate_batch, speculative_generate_batch
-from specdec_course.model import load_pretrained
-from specdec_course.model.ragged import RaggedCache, ragged_forward
+from specdec_course.model import CharGPT, GPTConfig, load_pretrained
+from specdec_course.model.ragged import (
+    OneRowSteps,
+    RaggedCache,
+    RaggedSteps,
+    batch_steps,
+    ragged_forward,
+)
 
 ROWS, LENGTH = 6_000, 4
 
@@ -121,3 +129,116 @@ def test_the_batch_ceiling_prices_an_iteration_in_one_token_calls():
         bench.batch_ceiling({"ks": [3], "rows": batch["rows"]}, calls)
     costs = {"sizes": [1, 8], "target_s": [1.0, 1.7], "draft_s": [0.3, 0.4]}
     assert bench.marginal_cost(costs) == pytest.approx(0.3 + 0.1)
+
+
+def _two_layer(seed: int) -> CharGPT:
+    # tiny_model's recipe with two layers: the ragged step's layers after the table's.
+    torch.manual_seed(seed)
+    model = CharGPT(GPTConfig(vocab_size=3, block_size=12, n_layer=2, n_head=2, n_embd=8))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.6)
+    return model.eval()
+
+
+def test_batched_speculation_with_a_deeper_target_follows_it(tiny):
+    target, draft = _two_layer(5), tiny[1]
+    prompt = torch.tensor([2, 0])
+    g = torch.Generator().manual_seed(6)
+    out, st = speculative_generate_batch(
+        target, draft, prompt.expand(ROWS, -1), LENGTH, k=2, generator=g
+    )
+    res = _law(out[:, 2:], target, prompt)
+    assert res.false_failure_rate < 1e-8
+    assert res.passed, str(res)
+    assert len(set(st.accepted_per_iteration)) > 2
+
+
+@pytest.fixture
+def one_thread():
+    # Thousands of calls on a tiny model: each op is tiny, and a second torch thread on a
+    # busy 2-core machine can make every op wait for it (a hundred times slower).
+    was = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(was)
+
+
+def test_one_row_batches_follow_the_target(tiny, one_thread):
+    target, draft = _two_layer(7), tiny[1]
+    prompt = torch.tensor([[1, 2]])
+    g = torch.Generator().manual_seed(8)
+    outs = torch.cat(
+        [
+            speculative_generate_batch(target, draft, prompt, LENGTH, k=3, generator=g)[0]
+            for _ in range(2_000)
+        ]
+    )
+    res = _law(outs[:, 2:], target, prompt[0])
+    assert res.false_failure_rate < 1e-8
+    assert res.passed, str(res)
+
+
+@pytest.mark.parametrize("B", [1, 2])
+def test_greedy_rows_of_any_batch_are_the_targets_greedy_text(B):
+    target, draft = load_pretrained("target"), load_pretrained("draft")
+    torch.manual_seed(B)
+    prompts = torch.randint(0, target.config.vocab_size, (B, 9))
+    for k in (1, 3):
+        out, st = speculative_generate_batch(target, draft, prompts, 37, k=k, temperature=0.0)
+        assert torch.equal(out, generate_batch(target, prompts, 37, temperature=0.0))
+        assert torch.equal(out[0], generate(target, prompts[0], 37, temperature=0.0))
+        assert st.emitted == B * 37 and st.target_calls >= 37 / (k + 1)
+
+
+def test_the_token_verifier_in_numpy_is_rejection_sample():
+    from specdec_course.decoding.batched import _token_verify
+    from specdec_course.verifier import VerifierInputs, rejection_sample_prepared
+
+    g = torch.Generator().manual_seed(9)
+    B, K, V = 400, 4, 5
+    q = torch.rand(B, K, V, generator=g).pow(3)
+    p = torch.rand(B, K + 1, V, generator=g).pow(3)
+    p[:50, :K] = q[:50]  # p == q: every draft accepted or an empty residual
+    q, p = q / q.sum(-1, keepdim=True), p / p.sum(-1, keepdim=True)
+    x = torch.multinomial(q.view(-1, V), 1, generator=g).view(B, K)
+    x[100:150, 2:] = -1  # rows with fewer drafts
+    u = 1.0 - torch.rand(B, K, dtype=torch.float64, generator=g)
+    e = torch.empty(B, V).exponential_(generator=g)
+    ref = rejection_sample_prepared(VerifierInputs(x, q, p, u, e))
+    a, new = _token_verify(x.numpy(), q.numpy(), p.numpy(), u.numpy(), e.numpy())
+    assert torch.equal(torch.from_numpy(a), ref.num_accepted)
+    assert torch.equal(
+        torch.from_numpy(new), ref.token_ids.gather(1, ref.num_accepted[:, None])[:, 0]
+    )
+    assert len(set(a.tolist())) == K + 1  # every count of accepted drafts occurs
+
+
+def test_batch_steps_match_each_row_decoded_alone():
+    target = load_pretrained("target")
+    torch.manual_seed(0)
+    seqs = torch.randint(0, target.config.vocab_size, (3, 20))
+    starts = torch.tensor([9, 6, 8])
+    with torch.inference_mode():
+        steps = RaggedSteps(target, 3)
+        steps.prefill(seqs[:, :9])
+        slots = starts[:, None] + torch.arange(4)
+        tok = torch.stack([seqs[b, s : s + 4] for b, s in enumerate(starts.tolist())])
+        out = steps.step(tok, slots, 13, torch.empty(12, target.config.vocab_size))
+        for b, s in enumerate(starts.tolist()):
+            ref = target(seqs[b : b + 1, : s + 4])[0, s:]
+            torch.testing.assert_close(out.view(3, 4, -1)[b], ref, atol=1e-4, rtol=1e-4)
+        one = batch_steps(target, 1)
+        assert isinstance(one, OneRowSteps)
+        one.prefill(seqs[:1, :9])
+        got = one.step(seqs[:1, 9:12], torch.tensor([[9, 10, 11]]), 12, torch.empty(3, 65))
+        torch.testing.assert_close(got, target(seqs[:1, :12])[0, 9:], atol=1e-4, rtol=1e-4)
+
+
+def test_batch_call_costs_time_the_loops_own_steps():
+    from specdec_course import bench
+
+    target, draft = load_pretrained("target"), load_pretrained("draft")
+    calls = bench.batch_call_costs(target, draft, (1, 2), sizes=(1, 2), repeats=1)
+    assert calls["batch_sizes"] == [1, 2] and len(calls["target_s"]) == 2
+    assert all(t > 0 for row in calls["target_s"] for t in row) and min(calls["draft_s"]) > 0

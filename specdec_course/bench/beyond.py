@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 DYNAMIC_KS = tuple(range(1, 9))
-BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 BATCH_KS = (1, 2, 4)
 RESULTS_FILE = "beyond_cpu.json"
 _clock = time.thread_time  # see the module docstring
@@ -172,35 +173,62 @@ def measure_dynamic(
 def batch_call_costs(
     target, draft, batch_sizes=BATCH_SIZES, sizes=(1, 2, 3, 5), repeats: int = 30
 ) -> dict:
-    """At each ``B``: seconds of a cached target call over each of ``sizes`` new tokens, and
-    of a one-token draft call, after a 64-token context.
+    """At each ``B``: seconds of the calls the batched loops make, after a 64-token context.
 
-    Round-robin over everything, median kept. Returns ``{"batch_sizes", "sizes",
-    "target_s" [B][size], "draft_s" [B], "ratio"}`` (``ratio``: the largest size's call over
-    the one-token call; near 1 means verifying drafts is nearly free)."""
-    sizes = list(sizes)
-    jobs = []  # (B index, what, cache, feed)
+    The same steps ``decoding.batched`` takes (``model.ragged.batch_steps``), logits
+    included: size 1 is plain decoding's one-token step (every row at one position), a
+    larger size the speculative loop's target call over that many tokens per row at the
+    rows' own positions; ``draft_s`` the loop's one-token draft step (at ``B = 1`` the
+    folded step of a one-layer draft, as the loop takes). Round-robin over everything,
+    median kept. Returns ``{"batch_sizes", "sizes", "target_s" [B][size], "draft_s" [B],
+    "ratio", "steps"}`` (``ratio``: the largest size's call over the one-token call; near 1
+    means verifying drafts is nearly free)."""
+    with torch.inference_mode():
+        return _batch_call_costs(target, draft, batch_sizes, list(sizes), repeats)
+
+
+def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
+    from ..model import FoldedStep
+    from ..model.ragged import batch_steps
+
+    V = target.config.vocab_size
+    jobs = []  # (B index, is_draft, size, call)
     for bi, B in enumerate(batch_sizes):
-        ids = torch.randint(target.config.vocab_size, (B, 64 + max(sizes)))
-        for model, what in ((target, sizes), (draft, [1])):
-            cache = model.new_cache(B)
-            with torch.inference_mode():
-                model(ids[:, :64], cache)
-            for n in what:
-                jobs.append((bi, model is draft, n, model, cache, ids[:, 64 : 64 + n]))
+        ids = torch.randint(V, (B, 64 + max(sizes)))
+        slots = torch.full((B, 1), 64) + torch.arange(max(sizes))
+        ts = batch_steps(target, B)
+        ts.prefill(ids[:, :64])
+        out = torch.empty(B * max(sizes), V, dtype=target.lm_head.weight.dtype)
+        for n in sizes:
+            if n == 1:
+                call = partial(ts.step_shared, ids[:, 64:65], 64, out[:B])
+            else:
+                call = partial(ts.step, ids[:, 64 : 64 + n], slots[:, :n], 64 + n, out[: B * n])
+            jobs.append((bi, False, n, call))
+        fold = draft.draft_step() if B == 1 else None
+        if isinstance(fold, FoldedStep):
+            fc = fold.new_cache()
+            fold.feed(ids[0, :64], fc)
+
+            def call(fold=fold, fc=fc, t=int(ids[0, 64]), out=out[:1]):
+                fc.length = 64
+                fold.step(t, fc, out)
+        else:
+            dstep = batch_steps(draft, B)
+            dstep.prefill(ids[:, :64])
+            call = partial(dstep.step, ids[:, 64:65], slots[:, :1], 65, out[:B])
+        jobs.append((bi, True, 1, call))
     runs: list[list[float]] = [[] for _ in jobs]
-    with torch.inference_mode(), native_cpu_kernels():  # as the decoding loops run
+    with native_cpu_kernels():  # as the decoding loops run
         for r in range(repeats + 3):
-            for job, sink in zip(jobs, runs):
-                _, _, _, model, cache, feed = job
-                cache.crop(64)
+            for (_, _, _, call), sink in zip(jobs, runs):
                 t0 = _clock()
-                model.decode_hidden(feed, cache)
+                call()
                 if r >= 3:
                     sink.append(_clock() - t0)
     target_s = [[0.0] * len(sizes) for _ in batch_sizes]
     draft_s = [0.0] * len(batch_sizes)
-    for (bi, is_draft, n, *_), sink in zip(jobs, runs):
+    for (bi, is_draft, n, _), sink in zip(jobs, runs):
         if is_draft:
             draft_s[bi] = statistics.median(sink)
         else:
@@ -211,6 +239,7 @@ def batch_call_costs(
         "target_s": target_s,
         "draft_s": draft_s,
         "ratio": [t[-1] / t[0] for t in target_s],
+        "steps": "decoding.batched's own (model.ragged.batch_steps), logits included",
     }
 
 

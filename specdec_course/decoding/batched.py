@@ -11,12 +11,20 @@ where speculation stops paying.
 ``generate_batch`` is the baseline: ``B`` rows of equal-length prompts, one call per token
 for all rows (one shared cache length). ``speculative_generate_batch`` runs Leviathan et
 al.'s loop on every row at once: the draft model proposes ``k`` tokens per row, one target
-call scores every row's block, the batched verifier (``verifier.rejection_sample``, or
-``block_verifier.block_verify``) accepts a different number in each row, and each row's
-caches roll back to its own length (``model.ragged``). Rows that finish early ride along
-(their work is discarded) until the last one is done. The batch-1 loop
-(``speculative_generate``) stays the fast path for one sequence: this loop pays for its
-generality with a few dozen batched ops per iteration.
+call scores every row's block, the verifier (the token rule in NumPy, ``_token_verify``,
+pinned to ``verifier.rejection_sample`` by the tests; or ``block_verifier``) accepts a
+different number in each row, and each row moves on by its own count. Rows that finish
+early ride along (their work is discarded) until the last one is done.
+
+Both loops take the same lean steps (``model.ragged.batch_steps``): for a batch,
+``RaggedSteps`` (one ``index_copy_`` per layer writes every row's keys and values at its
+own slots; the ragged mask is rows of the causal bias, selected, never built); for one row,
+the batch-1 ``LeanStep``, and speculation then also takes the folded draft step and the
+batch-1 verifier, as ``speculative_generate`` does. So the baseline is never a slower step
+than the speculating arm's, and ``bench.batch_call_costs`` times these same calls. The
+positions are the loop's committed lengths, so rollback is nothing at all; the per-row
+bookkeeping (lengths, the commit as one indexed write, the accept counts) is NumPy on the
+tensors' memory, with no Python per row.
 
 Draft cache invariant: with ``n_b`` tokens committed in row ``b``, the draft's cache holds
 ``x[0 .. n_b - 3]`` and each proposal starts by feeding the last two committed tokens (the
@@ -26,16 +34,16 @@ shape for all rows). The target's cache holds ``x[0 .. n_b - 2]``, as at batch 1
 
 from __future__ import annotations
 
+import numpy as np
 import torch
-from torch.nn import functional as F
 
 from .._validate import check_generator, check_ids, check_int, check_proposer_fits
-from ..block_verifier import block_verify
+from ..block_verifier import block_verify_prepared
 from ..devices import with_native_cpu_kernels
-from ..model import CharGPT, check_model
-from ..model.ragged import RaggedCache, ragged_forward
-from ..sampling import SamplingOptions, exp_noise
-from ..verifier import rejection_sample
+from ..model import CharGPT, FoldedStep, check_model
+from ..model.ragged import batch_steps
+from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
+from ..verifier import VerifierInputs, rejection_sample_row
 from .plain import gumbel
 from .stats import SpecStats
 
@@ -94,20 +102,22 @@ def generate_batch(
     smp = SamplingOptions(temperature, top_k, top_p)
     check_generator(generator)
     B, n0 = ids.shape
-    out = torch.empty(B, n0 + max_new_tokens, dtype=torch.long)
-    out[:, :n0] = ids
     if max_new_tokens == 0:
-        return out
-    V, w = model.config.vocab_size, model.lm_head.weight
+        return ids.clone()
+    V = model.config.vocab_size
     noise = None if smp.greedy else gumbel(exp_noise((max_new_tokens, B, V), generator=generator))
-    cache = model.new_cache(B)
-    logits = model(ids, cache)[:, -1]
+    steps = batch_steps(model, B)  # the lean step for B rows (model.ragged), as speculation's
+    if n0 > 1:
+        steps.prefill(ids[:, : n0 - 1])
+    logits = torch.empty(B, V, dtype=model.lm_head.weight.dtype)
+    steps.step_shared(ids[:, n0 - 1 :], n0 - 1, logits)
+    new = torch.empty(max_new_tokens, B, dtype=torch.long)  # token i of every row: new[i]
     for i in range(max_new_tokens):
         row = logits if smp.greedy else smp.logits(logits) + noise[i]
-        out[:, n0 + i] = row.argmax(-1)
+        torch.argmax(row, -1, out=new[i])
         if i + 1 < max_new_tokens:
-            logits = F.linear(model.decode_hidden(out[:, n0 + i : n0 + i + 1], cache)[:, -1], w)
-    return out
+            steps.step_shared(new[i : i + 1].t(), n0 + i, logits)
+    return torch.cat([ids, new.t()], dim=1)
 
 
 @with_native_cpu_kernels
@@ -134,8 +144,9 @@ def speculative_generate_batch(
     decoding's, and at ``temperature=0`` it is the target's greedy text. Returns ``(ids [B, T
     + max_new_tokens], SpecStats)``: ``iterations`` counts (row, iteration) pairs of rows
     still decoding, ``target_calls`` and ``draft_calls`` the batched forward calls,
-    ``emitted`` all rows' new tokens. Random numbers come from ``generator``, per iteration:
-    the draft's Gumbel noise ``[B, V]`` per step, then the verifier's uniforms and noise.
+    ``emitted`` all rows' new tokens. Random numbers come from ``generator`` in blocks of
+    iterations (``_Noise``): the draft's Gumbel noise, then the verifier's uniforms and
+    Exp(1) draws.
     Raises ValueError for bad prompts, options or models, or ``T + max_new_tokens + k``
     beyond the context (a finished row's drafts still take positions).
     """
@@ -151,69 +162,187 @@ def speculative_generate_batch(
         raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
     check_prompts(draft, ids, max_new_tokens, extra=k)
     smp = SamplingOptions(temperature, top_k, top_p)
+    greedy = smp.greedy
     B, n0 = ids.shape
     end = n0 + max_new_tokens
-    # k + 1 spare columns: a row's commit may write past `end` into them (then discarded),
-    # so one scatter serves every row without clamping indices.
-    out = torch.zeros(B, end + k + 1, dtype=torch.long)
-    out[:, :n0] = ids
     stats = SpecStats(k=k)
     if max_new_tokens == 0:
-        return out[:, :end], stats
-    verifier = block_verify if verify == "block" else rejection_sample
-    tc, dc = RaggedCache(target, B), RaggedCache(draft, B)
-    ragged_forward(target, ids[:, : n0 - 1], tc)
-    if n0 > 2:
-        ragged_forward(draft, ids[:, : n0 - 2], dc)
-    wt, wd = target.lm_head.weight, draft.lm_head.weight
+        return ids.clone(), stats
+    # k + 1 spare columns: a row's commit writes K + 1 tokens at n_b .. n_b + K (those past
+    # its accepted ones land where it has not committed yet, and a later commit overwrites
+    # them, or in the spare columns), so one indexed write serves every row.
+    out = torch.zeros(B, end + k + 1, dtype=torch.long)
+    out[:, :n0] = ids
+    V = target.config.vocab_size
+    dt = target.lm_head.weight.dtype
+    ts = batch_steps(target, B)  # the lean step for B rows and its cache (model.ragged)
+    ts.prefill(ids[:, : n0 - 1])
+    # The draft: for one row, a one-layer model's folded step (model.folded: NumPy on a
+    # CPU), as the batch-1 loop takes; for a batch, the lean ragged step.
+    fold = draft.draft_step() if B == 1 else None
+    if not isinstance(fold, FoldedStep):
+        fold, ds = None, batch_steps(draft, B)
+        if n0 > 2:
+            ds.prefill(ids[:, : n0 - 2])
+    else:
+        fc = fold.new_cache()
+        if n0 > 2:
+            fold.feed(ids[0, : n0 - 2], fc)
+    noise = None if greedy else _Noise(B, V, k, generator)
+    # The loop's bookkeeping (lengths, accepted counts, commits) is NumPy on the tensors'
+    # memory: a NumPy call on B numbers costs a microsecond or two, a tensor op four or more.
     n = torch.full((B,), n0, dtype=torch.long)
-    rows = torch.arange(B)
-    cols = torch.arange(k + 1)
+    n_h, out_h = n.numpy(), out.numpy()
+    offsets = torch.arange(-2, k + 1)  # slots n - 2 .. n + k of a row, relative to n
+    cols = np.arange(k + 1)
+    rows = np.arange(B)[:, None]
+    feed = torch.empty(k + 1, B, dtype=torch.long)  # the target's input: pending, drafts
+    feed_h = feed.numpy()
+    t_logits = torch.empty(B * (k + 1), V, dtype=dt)
+    d_logits = torch.empty(k, B, V, dtype=dt)
+    d_logits_h = d_logits.numpy()
+    tokens = np.empty((B, k + 1), dtype=np.int64)
+    history = []  # (n, accepted) per iteration; the stats are counted once at the end
     while True:
-        active = n < end
-        n_active = int(active.sum())
-        if n_active == 0:
+        lo, hi = int(n_h.min()), int(n_h.max())
+        if lo >= end:
             break
-        kk = torch.where(active, (end - n - 1).clamp(max=k), 0)  # drafts per row
-        K = int(kk.max())
-        # --- draft: K steps for every row (the first feeds the last two committed tokens)
-        drafts = torch.zeros(B, K, dtype=torch.long)
-        q = None if smp.greedy or K == 0 else torch.empty(B, K, V)
-        if K:
-            nxt = out[rows[:, None], n[:, None] + torch.tensor([-2, -1])]
+        K = min(k, end - 1 - lo)  # drafts this iteration: what the furthest-behind row needs
+        slots = n[:, None] + offsets[: K + 2]  # [B, K + 2]: positions n - 2 .. n + K - 1
+        # --- draft: K steps for every row; the first feeds the last two committed tokens
+        G, U, E = (None, None, None) if greedy else noise.next()
+        if fold is not None:  # one row: the folded step, token by token
+            fc.length = lo - 2
+            fold.feed(out[0, lo - 2 : lo - 1], fc)
+            x = feed_h[0, 0] = out_h[0, lo - 1]
             for j in range(K):
-                h = ragged_forward(draft, nxt, dc)[:, -1]
-                logits = smp.logits(F.linear(h, wd))
-                if smp.greedy:
-                    drafts[:, j] = logits.argmax(-1)
+                lj = d_logits[j]
+                fold.step(int(x), fc, lj)
+                if greedy:
+                    x = d_logits_h[j, 0].argmax()
+                elif not smp.changes_logits:
+                    x = (d_logits_h[j, 0] + G.numpy()[j, 0]).argmax()
                 else:
-                    drafts[:, j] = (logits + gumbel(exp_noise((B, V), generator=generator))).argmax(
-                        -1
-                    )
-                    q[:, j] = logits.softmax(-1)
-                nxt = drafts[:, j : j + 1]
-            stats.draft_calls += K
+                    x = int(torch.argmax(smp.logits(lj) + G[j]))
+                feed_h[j + 1, 0] = x
+        else:
+            last2 = out.gather(1, slots[:, :2])
+            feed[0] = last2[:, 1]
+            for j in range(K):
+                lj = d_logits[j]
+                if j == 0:
+                    ds.step(last2, slots[:, :2], hi, lj, last=True)
+                else:
+                    ds.step(feed[j : j + 1].t(), slots[:, j + 1 : j + 2], hi + j, lj)
+                torch.argmax(lj if greedy else smp.logits(lj) + G[j], -1, out=feed[j + 1])
+        stats.draft_calls += K
         # --- target: every row's pending token and its drafts in one call
-        feed = torch.cat([out[rows, n - 1][:, None], drafts], dim=1)
-        logits = F.linear(ragged_forward(target, feed, tc), wt)  # [B, K + 1, V]
+        logits = ts.step(feed[: K + 1].t(), slots[:, 1:], hi + K, t_logits[: B * (K + 1)])
+        logits = logits.view(B, K + 1, V)
         stats.target_calls += 1
-        p = smp.probs(logits)
-        padded = torch.where(cols[None, :K] < kk[:, None], drafts, -1)
-        res = verifier(padded, q, p.float(), generator=generator)
-        a = res.num_accepted
-        # --- commit: row b writes its a_b + 1 tokens at n_b .. n_b + a_b (finished rows: none)
-        write = (cols[None, : K + 1] <= a[:, None]) & active[:, None]
-        idx = n[:, None] + cols[None, : K + 1]
-        old = out.gather(1, idx)
-        out.scatter_(1, idx, torch.where(write, res.token_ids.clamp_min(0), old))
-        n = torch.where(active, n + a + 1, n)
-        tc.crop(n - 1)
-        if K:  # with no drafts the draft was not fed; every row is then done
-            dc.crop(n - 2)
-        acc = a[active].tolist()
-        stats.accepted_per_iteration.extend(acc)
-        stats.iterations += n_active
-        stats.drafted += int(kk.sum())
-        stats.rejections += int(((a < kk) & active).sum())
+        drafts = feed_h[1 : K + 1].T  # [B, K]
+        if hi > end - 1 - K:  # a row with fewer tokens to go drafted too many: pad its tail
+            drafts = np.where(cols[:K] < np.clip(end - 1 - n_h, 0, k)[:, None], drafts, -1)
+        if greedy:  # one-hot p and q: accept while the draft is the target's argmax
+            best = logits.argmax(-1).numpy()  # [B, K + 1]
+            a = (drafts == best[:, :K]).cumprod(1).sum(1)
+            tok = best
+        else:
+            q = smp.logits(d_logits[:K]).softmax(-1).transpose(0, 1)  # [B, K, V]
+            p = smp.probs(logits).float()
+            u, e = U[:, :K], E
+            if verify == "block":
+                ids_t = torch.from_numpy(np.ascontiguousarray(drafts))
+                res = block_verify_prepared(
+                    VerifierInputs(ids_t, q.contiguous(), p, u.contiguous(), e)
+                )
+                tok, a = res.token_ids.numpy(), res.num_accepted.numpy()
+            elif B == 1:  # one row: the batch-1 verifier (same rule, same tokens)
+                new, a0 = rejection_sample_row(
+                    drafts[0], q[0].numpy(), p[0].numpy(), u.numpy()[0].tolist(), e.numpy()[0]
+                )
+                a = np.array([a0])
+                tok = tokens[:, : a0 + 1]
+                tok[0] = new
+            else:
+                a, new = _token_verify(drafts, q.numpy(), p.numpy(), u.numpy(), e.numpy())
+                tokens[:, :K] = drafts
+                tokens[:, K] = 0
+                tokens[rows[:, 0], a] = new
+                tok = tokens[:, : K + 1]
+        # --- commit: row b's a_b + 1 tokens at n_b .. n_b + a_b (one write; see `out`)
+        out_h[rows, n_h[:, None] + cols[: tok.shape[1]]] = tok
+        history.append((n_h.copy(), a))
+        n_h += np.where(n_h < end, a + 1, 0)  # n (a tensor) sees it: the same memory
+        # Rollback is nothing: the caches' positions are the loop's n (model.ragged).
+    _count(stats, history, end, k)
     stats.emitted = B * max_new_tokens
     return out[:, :end], stats
+
+
+class _Noise:
+    """The loop's random numbers, drawn from ``generator`` a block of iterations at a time
+    (one draw per kind and block, not three per iteration): per block of ``nb`` iterations
+    the draft's Gumbel noise ``[nb, k, B, V]``, then the verifier's uniforms ``[nb, B, k]``
+    (float64, (0, 1]) and Exp(1) draws ``[nb, B, V]``; ``next()`` hands out one iteration's
+    three. An iteration with ``K < k`` drafts uses the first ``K`` of each."""
+
+    def __init__(self, B: int, V: int, k: int, generator):
+        self.shape, self.generator = (B, V, k), generator
+        self.nb = max(1, min(16, 2**16 // (B * V * (k + 1))))  # a block of ~64K numbers
+        self.i = self.nb
+
+    def next(self):
+        if self.i == self.nb:
+            (B, V, k), g, nb = self.shape, self.generator, self.nb
+            self.G = gumbel(exp_noise((nb, k, B, V), generator=g))
+            self.U = uniform_open_closed((nb, B, k), generator=g)
+            self.E = exp_noise((nb, B, V), generator=g)
+            self.i = 0
+        self.i += 1
+        return self.G[self.i - 1], self.U[self.i - 1], self.E[self.i - 1]
+
+
+def _token_verify(x, q, p, u, e):
+    """``verifier.rejection_sample``'s rule on NumPy views: ``(accepted [B], new token [B])``.
+
+    ``x`` int64 ``[B, K]`` drafts (``-1`` pads a row's tail), ``q`` ``[B, K, V]`` (any
+    strides), ``p`` ``[B, K + 1, V]``, ``u`` float64 ``[B, K]`` in (0, 1], ``e`` float32
+    ``[B, V]`` Exp(1) draws. Draft ``j`` is accepted iff ``p_j(x) > 0`` and ``u q_j(x) <=
+    p_j(x)`` in float64, up to the first rejection ``m``; the new token is ``argmax(w / e)``
+    (float32), ``w = max(p_m - q_m, 0)`` after a rejection, ``p_m`` for the bonus, and ``p_m``
+    again when the residual has no mass (the same rule, the same tokens: tests pin it)."""
+    B, K = x.shape
+    b = np.arange(B)
+    if K:
+        xs = np.maximum(x, 0)
+        j = np.arange(K)
+        px = p[b[:, None], j, xs].astype(np.float64)
+        qx = q[b[:, None], j, xs].astype(np.float64)
+        ok = (x >= 0) & (px > 0) & (u * qx <= px)
+        a = np.where(ok.all(1), K, ok.argmin(1))  # the first rejection, or K
+        p_m = p[b, a]
+        rejected = (a < K) & (x[b, np.minimum(a, K - 1)] >= 0)
+        w = np.where(rejected[:, None], np.maximum(p_m - q[b, np.minimum(a, K - 1)], 0), p_m)
+    else:
+        a = np.zeros(B, dtype=np.int64)
+        w = p_m = p[:, 0]
+    scores = w / e
+    empty = scores.max(1) <= 0  # no residual mass (p == q up to rounding): race over p
+    if empty.any():
+        scores[empty] = p_m[empty] / e[empty]
+    return a, scores.argmax(1)
+
+
+def _count(stats: SpecStats, history, end: int, k: int) -> None:
+    # Iterations, drafts, rejections and accepts per (row, iteration) of rows still decoding.
+    if not history:
+        return
+    ns = np.stack([h[0] for h in history])  # [I, B]
+    acc = np.stack([h[1] for h in history])
+    active = ns < end
+    kk = np.clip(end - 1 - ns, 0, k)
+    stats.accepted_per_iteration.extend(acc[active].tolist())
+    stats.iterations += int(active.sum())
+    stats.drafted += int(kk.sum())
+    stats.rejections += int(((acc < kk) & active).sum())
