@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
         "--steps",
         type=int,
         default=None,
-        help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa, 1000 for eagle)",
+        help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa; for eagle, "
+        "overriding its first stage's skips its second)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="random seed of the initialisation and batches"
