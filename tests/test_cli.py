@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_course import bench, cli, theory
+from specdec_course import bench, cli, medusa, theory
 from specdec_course.data import CharTokenizer
 from specdec_course.decoding import speculative_generate
 from specdec_course.model import load_pretrained
@@ -108,7 +108,9 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
             assert 0 < r["alpha"] <= 1 and r["tokens_per_target_call"] >= 1
             assert set(r["split_s"]) == {"prefill", "draft", "target", "verify", "rest"}
             assert r["measured_over_cost_aware"] == r["measured_speedup"] / r["cost_aware_speedup"]
-    assert [r["tree"] for r in res["medusa"]] == ["chain", "small", "large"]
+    # the shipped Hydra heads' greedy trees (at temperature 0 no sampled chains)
+    assert [r["tree"] for r in res["medusa"]] == [f"top{n + 1}" for n in medusa.TREE_SIZES]
+    assert {r["heads"] for r in res["medusa"]} == {"hydra"}
     assert (tmp_path / "speedup_cpu.png").stat().st_size > 10_000
     assert "cost of one cached forward" in capsys.readouterr().out
 

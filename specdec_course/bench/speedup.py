@@ -58,7 +58,8 @@ def save_speedup_results(
     Files ``<name>.json`` (costs, tables, machine, date; lessons 04 and 07 read them) and
     ``<name>.png`` in ``out`` (default ``data/results/``). ``name`` defaults to
     ``speedup_cpu`` on a CPU and ``speedup-<gpu>-<date>`` for a CUDA ``device``, whose name
-    and torch and triton versions the record then gives as its machine. Returns the paths.
+    and torch and triton versions the record then gives as its machine (no PNG when only
+    Medusa was measured: the figure splits the drafts' iterations). Returns the paths.
     """
     import platform
 
@@ -94,6 +95,8 @@ def save_speedup_results(
         "results": results,
     }
     path.write_text(json.dumps(payload, indent=1))
+    if not any(r["methods"] for r in results):  # Medusa alone: no draft's split to plot
+        return [path]
     png = out_dir / f"{name}.png"
     fig = plot_time_split(results)
     fig.savefig(png, dpi=100)
@@ -185,7 +188,7 @@ def measure_speedup(
     *,
     ks=SPEEDUP_KS,
     medusa_heads=None,
-    trees=("chain", "small", "large"),
+    trees=None,
     temperature: float = 1.0,
     repeats: int = 3,
     max_new_tokens: int = 200,
@@ -213,8 +216,12 @@ def measure_speedup(
     time split (prefill shared out, draft, target, verify, rest; means over all repeats).
     Costs are medians over the repeats. The prompts may live anywhere; the methods run on
     the target's device (see the module docstring for GPUs and ``cuda_graphs``), and the
-    result records ``device`` and ``cuda_graphs``. Raises ValueError, before timing
-    anything, for arguments that are not what they should be (``bench._args.check_run``).
+    result records ``device`` and ``cuda_graphs``. ``trees``: Medusa's trees, names from
+    ``medusa.TREES`` or ``{name: (paths, draft)}``; by default ``medusa.bench_trees(
+    medusa_heads, temperature)`` (for Hydra heads: Medusa's greedy trees over their measured
+    acceptance, and at temperature > 0 chains of sampled drafts). Raises ValueError, before
+    timing anything, for arguments that are not what they should be
+    (``bench._args.check_run``).
     """
     check_run(
         target=target,
@@ -227,7 +234,7 @@ def measure_speedup(
         temperature=temperature,
     )
     from ..decoding import SpecStats, generate, speculative_generate
-    from ..medusa import medusa_generate
+    from ..medusa import bench_trees, medusa_generate
 
     ks = list(ks)
     names = list(drafts)
@@ -237,6 +244,12 @@ def measure_speedup(
     spec_t = {(m, k): [] for m in names for k in ks}
     plain_t = {key: [] for key in spec_t}  # the plain runs beside each method's
     per_rep = {key: [] for key in spec_t}  # each repeat's totals over the prompts
+    # Medusa's trees: {name: (paths, draft)}; by default those medusa.bench_trees picks for
+    # the heads (Hydra heads: greedy trees over their measured acceptance, sampled chains).
+    if medusa_heads is not None and trees is None:
+        trees = bench_trees(medusa_heads, temperature)
+    elif trees is not None and not isinstance(trees, dict):
+        trees = {name: (name, "top") for name in trees}
     tree_names = list(trees) if medusa_heads is not None else []
     med_t = {t: [] for t in tree_names}
     med_plain = {t: [] for t in tree_names}
@@ -294,7 +307,8 @@ def measure_speedup(
                     medusa_heads,
                     prompt,
                     max_new_tokens,
-                    tree=tree,
+                    tree=trees[tree][0],
+                    draft=trees[tree][1],
                     temperature=temperature,
                     timings=True,
                 )
@@ -341,6 +355,9 @@ def measure_speedup(
             rows.append(
                 {
                     "tree": tree,
+                    "heads": getattr(medusa_heads, "kind", "medusa"),
+                    "paths": [list(p) for p in _paths(trees[tree][0])],
+                    "draft": trees[tree][1],
                     "nodes": st.tree_size,
                     "mean_accepted_length": st.mean_accepted_length,
                     "tokens_per_target_call": st.tokens_per_target_call,
@@ -351,6 +368,13 @@ def measure_speedup(
             )
         result["medusa"] = rows
     return result
+
+
+def _paths(tree):
+    # a Medusa tree argument (a name from medusa.TREES or a list of paths) as its paths
+    from ..medusa import TREES
+
+    return TREES[tree] if isinstance(tree, str) else tree
 
 
 def best_row(result: dict, method: str) -> dict:
@@ -385,12 +409,12 @@ def format_speedup_table(result: dict) -> str:
 def format_medusa_table(result: dict) -> str:
     lines = [
         f"Medusa, temperature {result['temperature']}:",
-        " tree  | nodes | accepted length | tok/call | measured speedup",
-        "-------+-------+-----------------+----------+-----------------",
+        " tree    | nodes | accepted length | tok/call | measured speedup",
+        "---------+-------+-----------------+----------+-----------------",
     ]
     for r in result.get("medusa", []):
         lines.append(
-            f" {r['tree']:5s} | {r['nodes']:5d} | {r['mean_accepted_length']:15.3f} | "
+            f" {r['tree']:7s} | {r['nodes']:5d} | {r['mean_accepted_length']:15.3f} | "
             f"{r['tokens_per_target_call']:8.3f} | {r['measured_speedup']:15.3f}x"
         )
     return "\n".join(lines)

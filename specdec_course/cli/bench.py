@@ -293,7 +293,7 @@ def _speedup(args) -> int:
     if "medusa" in wanted:
         from ..medusa import load_heads
 
-        heads = load_heads(target=target)
+        heads = load_heads(target=target, kind="hydra")  # the shipped file's Hydra heads
     temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
     ks = (1, 2, 3, 4) if args.quick else bench.SPEEDUP_KS
     numpy_target = args.target_executor == "numpy"

@@ -25,8 +25,8 @@ def add_parser(sub) -> None:
         "--steps",
         type=int,
         default=None,
-        help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa; for eagle, "
-        "overriding its first stage's skips its second)",
+        help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa's Medusa-1 heads, "
+        "its Hydra heads take 5000; for eagle, overriding its first stage's skips its second)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="random seed of the initialisation and batches"
@@ -122,7 +122,7 @@ def _train_eagle(args) -> int:
 
 
 def _train_medusa(args) -> int:
-    from ..medusa import train_shipped_heads
+    from ..medusa import load_heads, train_shipped_heads
 
     steps = 2000 if args.steps is None else args.steps
     out, meta, acc = train_shipped_heads(steps=steps, seed=args.seed, out=args.out)
@@ -132,6 +132,13 @@ def _train_medusa(args) -> int:
     )
     for k, a in enumerate(acc["heads"], start=1):
         print(f"  head {k} (t+{k + 1}): top-1 {a[1]:.4f}, top-5 {a[5]:.4f} on validation")
+    hm = load_heads(out, kind="hydra").meta
+    print(
+        f"hydra: {hm['n_heads']} heads, {hm['params']:,} parameters, {hm['steps']} steps "
+        f"in {hm['train_seconds']:.1f} s (same file)"
+    )
+    for k, (a, g) in enumerate(zip(hm["alpha"], hm["acceptance_greedy"]), start=1):
+        print(f"  head {k}: sampled-draft acceptance {a:.4f}, top-1 = target argmax {g[0]:.4f}")
     return 0
 
 

@@ -36,15 +36,24 @@ cache length, root at ``L``); ``compact_cache`` copies the accepted nodes' slots
 ``specdec-course train --preset medusa`` writes ``data/checkpoints/medusa.pt``;
 ``load_heads()`` reads it.
 
-The package, one concept a module: ``heads`` (the heads and their loss), ``tree`` (trees,
-their buffers, the verification pass and ``compact_cache``), ``generate`` (``medusa_generate``
-and the benchmark helper ``run_medusa``) and ``training`` (accuracy, training, checkpoints).
+Hydra heads (``hydra``; Ankner et al. 2024) also read the tokens on the path before them,
+the pending root first, and are trained by self-distillation on the target's own
+distributions; with them a chain's tokens may be *sampled* from the heads and verified by
+the speculative sampling rule (``draft="sample"``), which accepts far more than ranked
+guesses when sampling. The shipped file holds both kinds (``load_heads(kind="hydra")``).
+
+The package, one concept a module: ``heads`` (the heads and their loss), ``hydra`` (the
+sequentially dependent heads and their training), ``tree`` (trees, their buffers, the
+verification pass and ``compact_cache``), ``guess`` (filling a tree from the heads, the
+sampled chain's walk, the benchmark's trees), ``generate`` (``medusa_generate`` and the
+benchmark helper ``run_medusa``) and ``training`` (accuracy, training, checkpoints).
 Every public name is re-exported here: ``from specdec_course import medusa; medusa.X``.
 """
 
 from __future__ import annotations
 
 from .generate import MedusaStats, medusa_generate, run_medusa
+from .guess import DRAFTS, TREE_SIZES, bench_trees, sampled_chain_walk
 from .heads import (
     DEFAULT_HEADS,
     LOSS_DECAY,
@@ -55,7 +64,9 @@ from .heads import (
     loss_weights,
     medusa_loss,
 )
+from .hydra import DEFAULT_HIDDEN, HydraHeads, hydra_acceptance, hydra_loss, train_hydra
 from .training import (
+    HYDRA_STEPS,
     REBUILD_COMMAND,
     HeadsTrainResult,
     collect_hidden,
@@ -64,6 +75,7 @@ from .training import (
     save_heads,
     train_heads,
     train_shipped_heads,
+    train_shipped_hydra,
 )
 from .tree import (
     CHAIN,
@@ -108,4 +120,15 @@ __all__ = [
     "REBUILD_COMMAND",
     "run_medusa",
     "train_shipped_heads",
+    "HydraHeads",
+    "DEFAULT_HIDDEN",
+    "hydra_loss",
+    "train_hydra",
+    "hydra_acceptance",
+    "train_shipped_hydra",
+    "HYDRA_STEPS",
+    "DRAFTS",
+    "TREE_SIZES",
+    "bench_trees",
+    "sampled_chain_walk",
 ]

@@ -16,15 +16,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 
 from .._validate import check_generator
 from ..decoding import SpecStats, check_prompt
 from ..devices import check_same_device, model_device, with_native_cpu_kernels
 from ..model import CharGPT, KVCache
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
+from .guess import DRAFTS, is_chain, sampled_chain_walk, sampler, top_guesser
 from .heads import MedusaHeads, check_heads
-from .tree import TREE_SMALL, TreeBuffers, _as_tree, _tree_pass, compact_cache
+from .hydra import HydraHeads
+from .tree import TREE_SMALL, TreeBuffers, _as_tree, _tree_pass, compact_cache, tree_bias_buffer
 
 
 @dataclass
@@ -57,7 +58,8 @@ class MedusaStats(SpecStats):
 
 def _checked_tree(model: CharGPT, heads: MedusaHeads, tree) -> TreeBuffers:
     # medusa_generate's checks of the heads against the model and of the tree against both.
-    check_heads(heads)
+    if not isinstance(heads, HydraHeads):
+        check_heads(heads)
     check_same_device("the heads", model_device(heads), "the model", model_device(model))
     if (heads.n_embd, heads.vocab_size) != (model.config.n_embd, model.config.vocab_size):
         raise ValueError(
@@ -97,25 +99,6 @@ class _Laps:
             now = time.perf_counter()
             self.spent[step] += now - self.t
             self.t = now
-
-
-def _guesser(heads: MedusaHeads, tb: TreeBuffers) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``guess(h)``: the tokens of nodes ``1 .. N`` from the hidden state ``h [n_embd]``.
-
-    Node ``i`` holds head ``depth(i)``'s rank-``r`` guess. Only the heads the tree reaches
-    run, fused into two matrix-vector products (see ``MedusaHeads._fused``): small batched
-    matmuls (bmm) cost several times more on a CPU.
-    """
-    Kd = max(1, tb.max_depth)
-    M, m, D = heads._fused(Kd)
-    KC, V, R, cand_index = Kd * heads.n_embd, heads.vocab_size, tb.top_r, tb.cand_index
-
-    def guess(h: torch.Tensor) -> torch.Tensor:
-        u = torch.addmv(m, M, h)  # [K*C residual pre-activations; K*V base logits]
-        logits = torch.addmv(u[KC:], D, F.silu(u[:KC])).view(Kd, V)
-        return logits.topk(R, dim=-1).indices.take(cand_index)
-
-    return guess
 
 
 def _greedy_walk(
@@ -231,6 +214,7 @@ def medusa_generate(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     timings: bool = False,
+    draft: str = "top",
 ) -> tuple[torch.Tensor, MedusaStats]:
     """Medusa decoding: heads guess a tree of tokens, one target pass verifies all of them.
 
@@ -241,7 +225,11 @@ def medusa_generate(
     ``temperature=0`` the output is ``decoding.generate(model, prompt, n, temperature=0)``
     token for token; otherwise every token is distributed exactly as the target's after the
     same temperature / top-k / top-p processing (see the module docstring for the rule).
-    ``timings=True`` fills ``stats.seconds`` (heads, target, walk, cache).
+    ``timings=True`` fills ``stats.seconds`` (heads, target, walk, cache). ``heads`` may be
+    ``MedusaHeads`` or ``HydraHeads`` (which also read the path's tokens, see ``hydra``).
+    ``draft="top"`` fills the tree with the heads' ranked guesses; ``draft="sample"`` (a
+    chain tree, temperature > 0) samples each node's token from its head and verifies the
+    chain by the speculative sampling rule (``guess``), exact as well.
 
     Returns ``(ids, MedusaStats)``: ``ids`` is the 1-D prompt followed by exactly
     ``max_new_tokens`` new ids. Raises ValueError for bad prompts or options, heads of another
@@ -253,6 +241,14 @@ def medusa_generate(
     process = SamplingOptions(temperature, top_k, top_p).logits  # checks the options
     check_generator(generator)
     greedy = temperature == 0
+    if draft not in DRAFTS:
+        raise ValueError(f"draft must be one of {DRAFTS}; got {draft!r}")
+    sample = draft == "sample"
+    if sample and (greedy or not is_chain(tb)):
+        raise ValueError(
+            "draft='sample' needs temperature > 0 and a chain tree ((0,), (0, 0), ...); "
+            "use draft='top' for trees and for greedy decoding"
+        )
     identity = temperature == 1.0 and top_k is None and top_p is None
     n = ids.numel()
     end = n + max_new_tokens
@@ -262,7 +258,7 @@ def medusa_generate(
     if max_new_tokens == 0:
         return out, stats
     laps = _Laps(timings)
-    guess = _guesser(heads, tb)
+    guess = top_guesser(heads, tb) if not sample else sampler(heads, tb, temperature)
     children, block = tb.children, model.config.block_size
 
     if not greedy:
@@ -270,7 +266,8 @@ def medusa_generate(
         # (0, 1], one per child tried plus one for the token sampled from what is left;
         # Gumbel noise for the prefill's token (Gumbel-max: argmax(logits + G) is a sample
         # of softmax(logits)).
-        uniforms = uniform_open_closed((max_new_tokens, tb.size), generator=generator).tolist()
+        width = 2 * tb.max_depth + 1 if sample else tb.size
+        uniforms = uniform_open_closed((max_new_tokens, width), generator=generator).tolist()
         V = model.config.vocab_size
         gumbel = exp_noise((V,), generator=generator, device=dev).log_().neg_()
     cache = model.new_cache(1)
@@ -287,7 +284,9 @@ def medusa_generate(
     n += 1
     stats.target_calls = 1
     tokens = torch.empty(tb.size, dtype=torch.long, device=dev)
-    zeros = torch.zeros(tb.size, block, device=dev)  # the prefix part of every attention bias
+    # A chain is a run of positions under the causal mask: the lean step's own path. A tree's
+    # bias for each pass is a view of one buffer (zeros for the prefix, then the tree's).
+    wide = None if is_chain(tb) else tree_bias_buffer(tb, block)
     sampled = None if identity else process
 
     while n < end:
@@ -295,16 +294,30 @@ def medusa_generate(
         L = cache.length  # == n - 1: the newest token out[n - 1] is pending
         # Tree size: no deeper than the tokens still needed, and within the context.
         T = min(tb.upto[min(tb.max_depth, end - n)], block - L)
-        tokens[0] = seq[-1]
-        if T > 1:
-            tokens[1:] = guess(h)
+        root = seq[-1]
+        if sample:
+            us = uniforms[stats.iterations]  # this pass's row: D draws, then the walk's
+            drawn, qs = guess(h, root, us)
+        elif T > 1:
+            drawn = guess(h, root)
         laps.lap("heads")
-        feed = tokens[:T]
-        logits, hid = _tree_pass(model, feed, cache, tb, zeros[:T, :L])
+        if T > 1 and isinstance(drawn, list):  # a chain's tokens: fed as they are
+            tl = [root] + drawn[: T - 1]
+            feed = torch.tensor(tl, device=dev)
+        else:
+            tokens[0] = root
+            if T > 1:
+                tokens[1:] = drawn
+            feed = tokens[:T]
+            tl = feed.tolist()
+        bias = None if wide is None else wide[:T, block - L : block + T]
+        logits, hid = _tree_pass(model, feed, cache, tb, bias)
         laps.lap("target")
-        tl = feed.tolist()
         if greedy:
             node, token = _greedy_walk(logits, tl, children, T)
+        elif sample:
+            probs = (logits if sampled is None else sampled(logits)).softmax(-1)
+            node, token = sampled_chain_walk(probs, tl, qs, T, us[tb.max_depth :])
         else:
             us = uniforms[stats.iterations]  # this pass's row
             node, token = _sampled_walk(logits, sampled, tl, children, T, us)
@@ -335,6 +348,7 @@ def run_medusa(
     temperature: float = 1.0,
     seed: int = 0,
     repeats: int = 1,
+    draft: str = "top",
 ) -> dict:
     """Run ``medusa_generate`` and plain ``decoding.generate`` on ``prompts``; time both.
 
@@ -357,7 +371,14 @@ def run_medusa(
             t1 = time.perf_counter()
             g = torch.Generator().manual_seed(seed + 1000 * rep + i)
             _, st = medusa_generate(
-                model, heads, prompt, max_new_tokens, tree=tb, temperature=temperature, generator=g
+                model,
+                heads,
+                prompt,
+                max_new_tokens,
+                tree=tb,
+                temperature=temperature,
+                generator=g,
+                draft=draft,
             )
             t2 = time.perf_counter()
             t_plain += t1 - t0

@@ -21,6 +21,7 @@ from .._validate import check_int
 from ..model import CharGPT, check_model
 from ..paths import checkpoints_dir
 from .heads import DEFAULT_HEADS, MedusaHeads, check_heads, medusa_loss
+from .hydra import HydraHeads, hydra_acceptance, train_hydra
 
 REBUILD_COMMAND = "specdec-course train --preset medusa"
 
@@ -171,30 +172,56 @@ def _fingerprint(target: CharGPT) -> float:
 
 
 def save_heads(
-    path: str | Path, heads: MedusaHeads, target: CharGPT, meta: dict | None = None
+    path: str | Path,
+    heads: MedusaHeads,
+    target: CharGPT,
+    meta: dict | None = None,
+    hydra: tuple[HydraHeads, dict] | None = None,
 ) -> Path:
-    """Write ``{"config", "state_dict", "target_fingerprint", "meta"}`` to ``path``."""
+    """Write ``{"config", "state_dict", "target_fingerprint", "meta"}`` to ``path``; with
+    ``hydra=(heads, meta)`` also ``"hydra": {"config", "state_dict", "meta"}`` (one file holds
+    both kinds of heads for the same target)."""
     check_heads(heads)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "config": {
-                "n_embd": heads.n_embd,
-                "vocab_size": heads.vocab_size,
-                "n_heads": heads.n_heads,
-            },
-            "state_dict": {k: v.detach().cpu().clone() for k, v in heads.state_dict().items()},
-            "target_fingerprint": _fingerprint(target),
-            "meta": dict(meta or {}),
+    ck = {
+        "config": {
+            "n_embd": heads.n_embd,
+            "vocab_size": heads.vocab_size,
+            "n_heads": heads.n_heads,
         },
-        path,
-    )
+        "state_dict": _state(heads),
+        "target_fingerprint": _fingerprint(target),
+        "meta": dict(meta or {}),
+    }
+    if hydra is not None:
+        hh, hmeta = hydra
+        if not isinstance(hh, HydraHeads):
+            raise ValueError(f"hydra must be (HydraHeads, meta); got {type(hh).__name__}")
+        ck["hydra"] = {
+            "config": {
+                "n_embd": hh.n_embd,
+                "vocab_size": hh.vocab_size,
+                "n_heads": hh.n_heads,
+                "hidden": hh.hidden,
+            },
+            "state_dict": _state(hh),
+            "meta": dict(hmeta or {}),
+        }
+    torch.save(ck, path)
     return path
 
 
-def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None) -> MedusaHeads:
+def _state(module) -> dict:
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def load_heads(
+    path: str | Path | None = None, *, target: CharGPT | None = None, kind: str = "medusa"
+) -> MedusaHeads | HydraHeads:
     """Load Medusa heads (default: the shipped ``data/checkpoints/medusa.pt``), in eval mode.
+
+    ``kind="hydra"`` loads the file's Hydra heads instead (``hydra.HydraHeads``).
 
     With ``target``, checks that the heads were trained on that model and puts them on its
     device. Training metadata is ``heads.meta``. Raises FileNotFoundError (with the command
@@ -206,11 +233,18 @@ def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None)
         raise FileNotFoundError(
             f"Medusa heads {path} not found; rebuild them with: {REBUILD_COMMAND}"
         )
+    if kind not in ("medusa", "hydra"):
+        raise ValueError(f"kind must be 'medusa' or 'hydra'; got {kind!r}")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
-        cfg = ck["config"]
-        heads = MedusaHeads(int(cfg["n_embd"]), int(cfg["vocab_size"]), int(cfg["n_heads"]))
-        heads.load_state_dict(ck["state_dict"])
+        part = ck if kind == "medusa" else ck["hydra"]
+        cfg = part["config"]
+        shape = (int(cfg["n_embd"]), int(cfg["vocab_size"]), int(cfg["n_heads"]))
+        if kind == "medusa":
+            heads = MedusaHeads(*shape)
+        else:
+            heads = HydraHeads(*shape, int(cfg["hidden"]))
+        heads.load_state_dict(part["state_dict"])
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"Medusa heads {path} could not be read ({type(e).__name__}: "
@@ -226,8 +260,58 @@ def load_heads(path: str | Path | None = None, *, target: CharGPT | None = None)
     heads.eval()
     if target is not None:
         heads.to(target.lm_head.weight.device)
-    heads.meta = dict(ck.get("meta", {}))
+    heads.meta = dict(part.get("meta", {}))
     return heads
+
+
+HYDRA_STEPS = 5000
+HYDRA_HEADS = 3
+
+
+def train_shipped_hydra(
+    *, steps: int = HYDRA_STEPS, seed: int = 0, log_every: int = 0, progress: bool = True
+) -> tuple[HydraHeads, dict]:
+    """Hydra heads on the shipped target, trained as the shipped ones were.
+
+    Self-distillation (``hydra.train_hydra``) on the target's hidden states over every
+    window of the training split; the measured acceptance (``hydra_acceptance`` on 32
+    validation windows) goes into the returned ``meta``, from which ``trees.shipped_trees``
+    builds the benchmark's trees."""
+    from .. import data as D
+    from ..model import load_pretrained
+
+    check_int(steps, "steps")
+    target = load_pretrained("target")
+    tok = D.CharTokenizer(target.vocab)
+    train_ids, val_ids = D.corpus_split(tok)
+    t0 = time.perf_counter()
+    hidden = collect_hidden(target, train_ids)
+    heads, _, seconds = train_hydra(
+        target,
+        hidden,
+        n_heads=HYDRA_HEADS,
+        steps=steps,
+        seed=seed,
+        log_every=log_every,
+        progress=progress,
+    )
+    del hidden
+    acc = hydra_acceptance(target, heads, collect_hidden(target, val_ids, 32))
+    meta = {
+        "n_heads": heads.n_heads,
+        "hidden": heads.hidden,
+        "steps": steps,
+        "seed": seed,
+        "batch_size": 2048,
+        "threads": torch.get_num_threads(),
+        "train_seconds": round(time.perf_counter() - t0, 1),
+        "params": sum(p.numel() for p in heads.parameters()),
+        "acceptance_greedy": acc["greedy"].tolist(),
+        "acceptance_sampled": acc["sampled"].tolist(),
+        "alpha": acc["alpha"].tolist(),
+        "command": REBUILD_COMMAND,
+    }
+    return heads, meta
 
 
 def train_shipped_heads(
@@ -235,9 +319,12 @@ def train_shipped_heads(
 ) -> tuple[Path, dict, dict]:
     """Train heads on the shipped target, as the shipped ``medusa.pt`` was, and save them.
 
-    Returns ``(path, meta, accuracy)``: ``meta`` is what the checkpoint records (steps,
-    seed, validation top-1/top-5 per head), ``accuracy`` is ``head_accuracy`` on 32
-    validation windows. ``out`` defaults to ``data/checkpoints/medusa.pt``.
+    Both kinds: Medusa-1 heads (``steps`` steps) and Hydra heads (:func:`train_shipped_hydra`,
+    ``HYDRA_STEPS`` steps). Returns ``(path, meta, accuracy)``: ``meta`` is what the
+    checkpoint records for the Medusa heads (steps, seed, validation top-1/top-5 per head;
+    the Hydra heads' is ``load_heads(kind="hydra").meta``), ``accuracy`` is
+    ``head_accuracy`` on 32 validation windows. ``out`` defaults to
+    ``data/checkpoints/medusa.pt``.
     """
     from .. import data as D
     from ..model import load_pretrained
@@ -249,6 +336,7 @@ def train_shipped_heads(
     train_ids, val_ids = D.corpus_split(tok)
     res = train_heads(target, train_ids, steps=steps, seed=seed)
     acc = head_accuracy(target, res.heads, val_ids, n_windows=32)
+    hydra = train_shipped_hydra(seed=seed, progress=False)
     meta = {
         "n_heads": res.heads.n_heads,
         "steps": steps,
@@ -262,5 +350,5 @@ def train_shipped_heads(
         "val_base_top1": acc["base"][1],
         "command": REBUILD_COMMAND,
     }
-    save_heads(out, res.heads, target, meta)
+    save_heads(out, res.heads, target, meta, hydra=hydra)
     return out, meta, acc

@@ -228,7 +228,7 @@ def tree_forward(
     model._check_idx(tokens[None], cache)
     tree = tree.to(tokens.device)
     prefix = tokens.new_zeros(()).float().expand(T, L)
-    return _tree_pass(model, tokens, cache, tree, prefix)
+    return _tree_pass(model, tokens, cache, tree, torch.cat([prefix, tree.bias[:T, :T]], dim=1))
 
 
 def _tree_pass(
@@ -236,20 +236,31 @@ def _tree_pass(
     feed: torch.Tensor,
     cache: KVCache,
     tree: TreeBuffers,
-    prefix: torch.Tensor,
+    bias: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # tree_forward without its checks (callers check): the model's unchecked cached forward,
-    # every node seeing the cached prefix (``prefix``: zeros [T, L]) and its own ancestors, at
-    # position L + depth. Returns (logits [T, V], hidden [T, n_embd]). The pass is the
-    # model's lean step (model.lean), as plain decoding's: no slower step to beat.
+    # every node seeing the cached prefix and its own ancestors (``bias``: the additive mask
+    # [T, L + T]), at position L + depth; ``bias=None`` for a chain, whose nodes are a run of
+    # consecutive positions under the causal mask (the lean step's own path, no mask or
+    # positions to pass). Returns (logits [T, V], hidden [T, n_embd]). The pass is the model's
+    # lean step (model.lean), as plain decoding's: no slower step to beat.
     T, L = feed.numel(), cache.length
     lean = model.lean_step()
-    if T == 1:
+    if T == 1 or bias is None:
         hidden = lean.hidden(feed, cache)
     else:
-        bias = torch.cat([prefix, tree.bias[:T, :T]], dim=1)
         hidden = lean.hidden(feed, cache, tree.depth[:T] + L, bias)
     return torch.mm(hidden, lean.w_t), hidden
+
+
+def tree_bias_buffer(tree: TreeBuffers, block_size: int) -> torch.Tensor:
+    """``[T, block_size + T]``: zeros, then the tree's bias; its slice ``[:t, S - L : S + t]``
+    (``S = block_size``) is the attention bias of the first ``t`` nodes after ``L`` cached
+    positions, a view: one buffer per generation instead of a mask built per pass."""
+    T = tree.size
+    buf = torch.zeros(T, block_size + T, device=tree.bias.device)
+    buf[:, block_size:] = tree.bias
+    return buf
 
 
 def compact_cache(
