@@ -25,7 +25,7 @@ def _lessons():
         yield pytest.param(path, id=path.stem, marks=marks)
 
 
-@pytest.mark.parametrize("path", _lessons())
+@pytest.mark.parametrize("path", list(_lessons()))
 def test_stated_time_is_within_20_percent_of_the_estimate(path):
     stated, estimate = lesson_time.stated_minutes(path), lesson_time.estimate_minutes(path)
     assert lesson_time.within_tolerance(stated, estimate), (
