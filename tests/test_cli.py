@@ -186,6 +186,19 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     assert min(best.values()) > 1.0  # "though it still wins"
 
 
+def test_readme_gives_the_shipped_checkpoints_figures_from_their_meta():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    target, draft = load_pretrained("target").meta, load_pretrained("draft").meta
+    stage2 = draft["init_meta"]  # the draft after its cross-entropy stage, before 1 - alpha
+    assert (
+        f"target validation loss {target['val_loss']:.3f} nats/char, shipped draft "
+        f"{draft['val_loss']:.3f}, α = {draft['alpha_vs_teacher']:.3f} at temperature 1 "
+        f"({stage2['alpha_vs_teacher']:.3f} after its cross-entropy distillation stage, "
+        f"{stage2['alpha_before_distill']:.3f} before distillation)" in readme
+    )
+    assert draft["alpha_before_distill"] == stage2["alpha_vs_teacher"]  # the stages chain
+
+
 # ----------------------------------------------------------------------------- generate
 
 

@@ -1,0 +1,129 @@
+"""The cost story of lessons 04 and 07 is the stored record's: every c value and speedup
+their committed outputs print from data/results/speedup_cpu.json is the record's figure at
+the printed precision, and their prose types no c value or speedup a record could contradict
+(lesson 04 defines c_call and c_loop once; later lessons print them)."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec_course import bench
+
+ROOT = Path(__file__).resolve().parent.parent
+L04 = ROOT / "lessons" / "04_speculative_decoding.ipynb"
+L07 = ROOT / "lessons" / "07_ngram_draft.ipynb"
+
+
+def _cells(path, kind):
+    cells = json.loads(path.read_text())["cells"]
+    return [c for c in cells if c["cell_type"] == kind]
+
+
+def _text(src):
+    return "".join(src) if isinstance(src, list) else src
+
+
+def outputs(path) -> str:
+    """Everything the committed notebook's code cells printed."""
+    parts = []
+    for c in _cells(path, "code"):
+        for o in c.get("outputs", []):
+            parts.append(_text(o.get("text", "")) or _text(o.get("data", {}).get("text/plain", "")))
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def record():
+    return bench.load_speedup_results()
+
+
+def _t1(record):
+    return next(r for r in record["results"] if r["temperature"] == 1.0)
+
+
+def test_lesson_04_prints_the_records_cost_table(record):
+    out = outputs(L04)
+    rows = _t1(record)["methods"]["draft"]
+    ks = np.array([r["k"] for r in rows])
+    c_loop = np.array([r["c"] for r in rows])
+    for r in rows:
+        c_call = r["target_call_s"] / r["plain_token_s"]
+        assert f"{r['k']:2d} | {c_call:6.2f} | {r['c']:6.3f} |" in out, r["k"]
+    c_step, c_fixed = np.polyfit(ks, ks * c_loop, 1)
+    assert f"per drafted token c_step = {c_step:.3f}, per proposal c_fixed = {c_fixed:.3f}" in out
+
+
+def test_lesson_04_prints_the_records_speedups_and_theorem_range(record):
+    out = outputs(L04)
+    for res in record["results"]:
+        rows = res["methods"]["draft"]
+        for r in rows:
+            line = (
+                f"{res['temperature']:.0f}  | {r['k']} | {r['alpha']:.3f} | "
+                f"{r['predicted_speedup']:10.2f}x | {r['cost_aware_speedup']:9.2f}x | "
+                f"{r['measured_speedup']:7.2f}x"
+            )
+            assert line in out, line
+        thm = [r["predicted_speedup"] for r in rows]
+        b = bench.best_row(res, "draft")
+        assert (
+            f"T = {res['temperature']:.0f}: Theorem 3.8 predicts {min(thm):.2f}x to "
+            f"{max(thm):.2f}x over k = 1..8; measured at the best k ({b['k']}): "
+            f"{b['measured_speedup']:.2f}x" in out
+        )
+    best = bench.best_row(_t1(record), "draft")
+    assert f"this CPU measured {best['measured_speedup']:.2f}x" in out
+    assert (
+        f"best at temperature 1: k = {best['k']}, {best['measured_speedup']:.2f}x measured, "
+        f"{best['predicted_speedup']:.2f}x by Theorem 3.8" in out
+    )
+
+
+def test_lesson_07_prints_the_records_tables_and_c(record):
+    out = outputs(L07)
+    for res in record["results"]:
+        assert bench.format_speedup_table(res) in out, res["temperature"]
+    t1 = _t1(record)
+    dm, ng = bench.best_row(t1, "draft"), bench.best_row(t1, "ngram")
+    assert f"alpha: draft model {dm['alpha']:.3f}, n-gram {ng['alpha']:.3f}" in out
+    assert f"on this CPU c is {dm['c']:.2f}" in out
+
+
+# Typed figures a record could contradict: a c value ("c ≈ 0.2", "c_loop = 0.19"), a speedup
+# ("1.6x", "1.3×"), or a share of a step in words ("about a fifth of a target step").
+_TYPED = [
+    re.compile(r"\bc(_\{\\text\{\w+\}\})?\s*(\\approx|≈|=|~)\s*0?\.\d"),
+    re.compile(r"\d+(\.\d+)?\s*(x|×)(?![\w])"),
+    re.compile(r"about (a|one) (fifth|quarter|third|half)"),
+]
+# Hypotheticals, not measurements: no record speaks of them.
+_ALLOWED = ("A draft with a hundredth of the target's parameters then costs $c \\approx 0.01$",)
+
+
+def _prose_hits(path):
+    hits = []
+    for c in _cells(path, "markdown"):
+        text = " ".join(_text(c["source"]).split())
+        for allowed in _ALLOWED:
+            text = text.replace(allowed, "")
+        for pat in _TYPED:
+            hits += [m.group(0) for m in pat.finditer(text)]
+    return hits
+
+
+@pytest.mark.parametrize(
+    "name", ["04_speculative_decoding", "05_triton_verifier", "07_ngram_draft"]
+)
+def test_prose_types_no_c_value_or_speedup(name):
+    assert _prose_hits(ROOT / "lessons" / f"{name}.ipynb") == []
+
+
+def test_the_prose_check_catches_a_typed_figure(tmp_path):
+    nb = {
+        "cells": [{"cell_type": "markdown", "source": "Theorem 3.8 predicts about 1.6x, c ≈ 0.2."}]
+    }
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    assert _prose_hits(tmp_path / "nb.ipynb") == ["c ≈ 0.2", "1.6x"]
