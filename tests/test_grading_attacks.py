@@ -27,7 +27,7 @@ import pytest
 from nbformat.v4 import new_code_cell
 
 from specdec_course import cli
-from specdec_course.grading import sandbox
+from specdec_course.grading.judge import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "47.0815"  # daemons run `sleep 47.0815`: findable in /proc after the grader returns
@@ -45,7 +45,7 @@ NEEDS_CGROUP = pytest.mark.skipif(
 # ----------------------------------------------------------------------------- the attacks
 
 FORGE_RUN_CHECK = """
-import specdec_course.grading as grading, specdec_course.grading.core as core
+import specdec_course.grading as grading, specdec_course.grading.judge.core as core
 from specdec_course.grading import CheckResult
 def fake(check_id, *objs, **kwargs):
     spec = core._spec(check_id)
@@ -95,7 +95,7 @@ COPY_WRAPPERS = """
 import functools, types
 import specdec_course
 from specdec_course import sampling
-from specdec_course.grading import ex01 as reference
+from specdec_course.grading.judge import ex01 as reference
 residual_distribution = lambda p, q: specdec_course.sampling.residual_distribution(p, q)
 speculative_sample = functools.partial(sampling.speculative_sample)
 chi_square_p_value = types.FunctionType(reference._reference_p_value.__code__, vars(reference))

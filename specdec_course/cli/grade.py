@@ -66,7 +66,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Grade, write the CSV (and JUnit XML), print the summary."""
-    from ..grading import batch
+    from ..grading.judge import batch
 
     out = Path(args.out)
     if not out.parent.exists():

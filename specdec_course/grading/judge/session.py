@@ -15,8 +15,9 @@ import secrets
 import time
 from typing import Any
 
-from . import sandbox, wire
-from .core import KernelLost
+from ..kernel import wire
+from . import sandbox
+from .errors import KernelLost
 from .exposure import Exposed
 
 __all__ = ["KernelGone", "RemoteTimeout", "Session"]
@@ -213,14 +214,17 @@ class Session:
         seed: tuple[int, int] | None = None,
         repeat: int | None = None,
         student: Any = None,
+        inplace: bool = False,
     ) -> Any:
-        """Call a student object (``{"name": n}``) or a probe (``{"probe": "mod:qualname"}``)
-        in the kernel and return what it returned, as plain data.
+        """Call a student object (``{"name": n}``) or a probe (``{"probe": name}``) in the
+        kernel and return what it returned, as plain data.
 
-        Tensors and generators among the arguments get the kernel's in-place changes back.
-        ``student(obj)`` gives the tag for a student object among the arguments. Raises the
-        rebuilt student exception, :class:`RemoteTimeout` (the call hit ``timeout``) or
-        :class:`KernelGone`.
+        The kernel gets copies: nothing it does to them, or to a generator, reaches the
+        judge's objects. ``inplace`` returns ``(value, args)``, the positional arguments as
+        the call left them, as new objects (output, for a function whose API writes into its
+        arguments). ``student(obj)`` gives the tag for a student object among the arguments.
+        Raises the rebuilt student exception, :class:`RemoteTimeout` (the call hit
+        ``timeout``) or :class:`KernelGone`.
         """
 
         def ref(obj):
@@ -228,7 +232,7 @@ class Session:
             return tag if tag is not None else self.exposed.for_arguments(obj)
 
         self.exposed.live.clear()
-        enc, blobs, objects = wire.encode((tuple(args), dict(kwargs)), ref=ref)
+        enc, blobs, _ = wire.encode((tuple(args), dict(kwargs)), ref=ref)
         header = {
             "op": "call",
             "target": target,
@@ -236,6 +240,7 @@ class Session:
             "timeout": max(0.01, timeout),
             "seed": list(seed) if seed else None,
             "repeat": repeat,
+            "inplace": bool(inplace),
         }
         reply, blob = self._request(header, blobs, timeout + _GRACE_S)
         if reply.get("timeout"):
@@ -248,8 +253,11 @@ class Session:
                 items, _ = wire.decode(reply["live"], blob[live_off:], ref=self._resolve_ref)
                 self.exposed.write_back(items)
             got, _ = wire.decode(reply.get("value"), blob[:live_off], ref=self._resolve_ref)
-            value, back = got
-            _write_back(objects, back)
+            value, after = got
+            if inplace:
+                if not (isinstance(after, list) and len(after) == len(args)):
+                    raise TypeError("malformed arguments")
+                return value, tuple(after)
         except (wire.WireError, KeyError, TypeError, ValueError, RuntimeError) as e:
             raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
         return value
@@ -262,27 +270,3 @@ class Session:
             except (OSError, wire.WireError):
                 pass
         self.stop()
-
-
-def _write_back(objects: list, back: Any) -> None:
-    """Apply the kernel's in-place changes to the judge's argument tensors and generators."""
-    import torch
-
-    if not isinstance(back, list):
-        raise TypeError("malformed write-back")
-    for item in back:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)):
-            raise TypeError("malformed write-back")
-        i, new = item
-        if not 0 <= i < len(objects):
-            raise TypeError("write-back out of range")
-        old = objects[i]
-        if isinstance(old, torch.Generator):
-            if isinstance(new, torch.Generator):
-                old.set_state(new.get_state())
-        elif isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
-            with torch.no_grad():
-                if old.shape == new.shape and old.dtype == new.dtype:
-                    old.copy_(new)
-                else:
-                    old.set_(new.to(old.dtype) if new.dtype != old.dtype else new)

@@ -21,13 +21,14 @@ import secrets
 import sys
 from multiprocessing.connection import wait as _wait_conns
 
-from .._validate import check_int
+from ..._validate import check_int
+from ..kernel.results import CheckResult
 from . import sandbox
+from .cluster import check_scheduler, run_on_dask
 from .core import checks_for, exercises
 from .discovery import collect, exercise_of
 from .jobs import Job, SubmissionResult
 from .reports import escape
-from .results import CheckResult
 from .worker import Judge, orphans
 
 __all__ = ["GradeRun", "collect", "exercise_of", "grade"]
@@ -98,8 +99,6 @@ def grade(
             continue
         s.exercise, s.why_unknown = exercise_of(s, exercise)
     if scheduler is not None:
-        from .cluster import check_scheduler
-
         check_scheduler(scheduler)
     run_seed = secrets.randbelow(2**31) if seed is None else int(seed)
 
@@ -143,8 +142,6 @@ def grade(
         _run_pool(queue, jobs, workers, the_plan, finish)
         warnings = list(the_plan.warnings)
     else:
-        from .cluster import run_on_dask
-
         warnings = run_on_dask(queue, jobs, scheduler, sandbox_mode, finish)
     out = GradeRun(results[i] for i in range(len(subs)))
     out.seed = run_seed

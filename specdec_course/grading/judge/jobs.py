@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..kernel.results import STATUSES
 from .core import CheckResult, checks_for
-from .results import STATUSES
 
 __all__ = ["CheckInfo", "Job", "Submission", "SubmissionResult"]
 

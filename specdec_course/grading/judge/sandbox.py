@@ -28,6 +28,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdec_course.paths import data_dir
+
+from ..kernel import BATCH_ENV
+
 __all__ = [
     "CGroup",
     "Plan",
@@ -84,17 +88,12 @@ def kernel_command() -> list[str]:
 
 
 def _env(home: str) -> dict[str, str]:
-    from specdec_course.paths import data_dir
-
-    from .core import BATCH_ENV
-
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        BATCH_ENV: "1",
         # One thread per kernel: several kernels share the machine's cores.
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
@@ -114,10 +113,15 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
+def judge_dir() -> str:
+    """The judge side's folder (references, exact laws, checks): never shown to a kernel."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
 def _binds() -> list[str]:
-    """bwrap options that show the system, Python and the package, all read-only."""
+    """bwrap options that show the system, Python and the package, all read-only, with the
+    judge side's folder covered by an empty read-only one (no file of it is visible)."""
     import specdec_course
-    from specdec_course.paths import data_dir
 
     opts = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -146,6 +150,8 @@ def _binds() -> list[str]:
         roots = [r for r in roots if not r.startswith(real + "/")] + [real]
     for r in roots:
         opts += ["--ro-bind", r, r]
+    hidden = os.path.realpath(judge_dir())
+    opts += ["--tmpfs", hidden, "--remount-ro", hidden]
     # The venv's python is a symlink into the base installation; keep the path it was run by.
     exe_dir = os.path.dirname(os.path.abspath(sys.executable))
     if not any(exe_dir == r or exe_dir.startswith(r + "/") for r in roots + ["/usr"]):
@@ -213,6 +219,9 @@ def plan(mode: str = "auto") -> Plan:
             )
     else:
         warnings.append("NO SANDBOX (--sandbox off): submissions ran as this user")
+    if result.mode != "bwrap":
+        # The judge side can be imported there: keep the notebook's check() cells quiet.
+        result.env[BATCH_ENV] = "1"
     if cg is None:
         warnings.append(
             "no cgroup could be created here: the memory cap is per process (address space), "

@@ -13,8 +13,8 @@ import torch
 
 from specdec_course.model import CharGPT, GPTConfig
 
+from ..kernel.results import Case
 from . import context
-from .results import Case
 
 
 def fmt(x: Any, digits: int = 4, limit: int = 8) -> str:

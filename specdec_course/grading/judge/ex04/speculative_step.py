@@ -104,7 +104,7 @@ class _ForcedVerify:
             )
             return None
         err = (t[0].detach().double() - ref.double()).abs().amax(-1)
-        bad = (err > ATOL).nonzero()
+        bad = (~(err <= ATOL)).nonzero()  # (NaN fails too)
         return int(bad[0]) if len(bad) else None
 
     def _check_q(self, q, q_ref) -> None:

@@ -16,6 +16,7 @@ import re
 import stat
 from pathlib import Path
 
+from .core import exercises
 from .jobs import Submission
 from .reports import escape
 
@@ -154,8 +155,6 @@ def exercise_of(sub: Submission | Path, override: str | None = None) -> tuple[st
     says ``ex01`` there. Failing that, ``ex01`` anywhere in the file name counts. Returns
     ``(exercise, "")`` or ``(None, reason)``. ``sub`` may be a path (it is then read).
     """
-    from .core import exercises
-
     if not isinstance(sub, Submission):
         s = Submission(Path(sub), display=display_name(sub))
         _read(Path(sub), s)

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import StudentError
+
 __all__ = [
     "MAX_FRAME",
     "Opaque",
@@ -473,7 +475,5 @@ def rebuild_error(info: dict) -> BaseException:
     exc._specdec_where = str(info.get("where", ""))[:300]
     case = info.get("case")
     if isinstance(case, str) and not isinstance(exc, NotImplementedError):
-        from .core import StudentError
-
         return StudentError(case, exc)
     return exc

@@ -27,6 +27,18 @@ from dataclasses import dataclass, field
 __all__ = ["Findings", "scan"]
 
 PACKAGE = "specdec_course"
+GRADER = PACKAGE + ".grading"
+# What a notebook may use of the grader: inline feedback and exercise 05's launcher and inputs.
+_GRADER_PUBLIC = {
+    GRADER,
+    f"{GRADER}.check",
+    f"{GRADER}.when_implemented",
+    f"{GRADER}.ex05",
+    f"{GRADER}.ex05.launch_race",
+    f"{GRADER}.ex05.make_race_inputs",
+    f"{GRADER}.ex05.reference_race",
+}
+_DYNAMIC = {"exec", "eval", "compile", "__import__", "importlib.import_module", "import_module"}
 _SOLUTIONS = re.compile(r"(^|[/\\])solutions([/\\]|$)")
 _INTROSPECTION = {
     "gc.get_objects",
@@ -40,6 +52,7 @@ _INTROSPECTION = {
     "sys.settrace",
     "sys.setprofile",
 }
+_CONTAINERS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
 _CLONERS = {
     "functools.partial",
     "functools.wraps",
@@ -200,8 +213,34 @@ def _forwarding_value(value: ast.AST, names: _Names) -> str | None:
     return f"is built from the package's {refs[0]}" if refs else None
 
 
+def _grader_flags(node: ast.AST, names: _Names, found: Findings) -> None:
+    """Flags for code that reaches for the grader itself: its judge side (which the sandbox
+    does not hold: importing it fails there, and says so here), its kernel side's agent and
+    probes, or code built at run time (which this scan cannot follow)."""
+    paths: list[str] = []
+    if isinstance(node, (ast.Attribute, ast.Name)):
+        paths = [names.package_ref(node) or ""]
+    elif isinstance(node, ast.Import):
+        paths = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        paths = [f"{node.module}.{a.name}" for a in node.names]
+    for path in paths:
+        if path.startswith(GRADER + ".") and path not in _GRADER_PUBLIC:
+            found.flag(f"reaches into the grader ({path})")
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if re.search(r"grading\.(judge|kernel)|_Agent\b|\bprobes\b", node.value):
+            found.flag("names the grader's internals in a string")
+    if isinstance(node, ast.Call):
+        f = names.dotted(node.func) or (node.func.id if isinstance(node.func, ast.Name) else "")
+        if f in _DYNAMIC and not (
+            node.args and isinstance(node.args[0], ast.Constant) and f not in ("exec", "eval")
+        ):
+            found.flag(f"runs or imports code built at run time ({f})")
+
+
 def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
     for node in ast.walk(tree):
+        _grader_flags(node, names, found)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _SOLUTIONS.search(node.value):
                 found.flag("reads the course's solutions/ folder")
@@ -259,8 +298,11 @@ def scan(cells: list[str], needs: set[str] | list[str]) -> Findings:
                     for t in targets:
                         if isinstance(t, ast.Name):
                             bindings[t.id] = ("assign", why)
+                            held = names.refs_in(node.value)
                             if ref:
                                 names.package[t.id] = ref
+                            elif held and isinstance(node.value, _CONTAINERS):
+                                names.package[t.id] = held[0]  # {"f": sampling.f}, [..]
                             else:
                                 names.package.pop(t.id, None)
             _notebook_flags(tree, names, found)

@@ -1,7 +1,7 @@
 """The judge process: a worker that grades one submission after another, and its handle.
 
 A :class:`Judge` is the parent's handle on one worker process (``python -m
-specdec_course.grading.worker FD``), started in its own process group with one end of a
+specdec_course.grading.judge.worker FD``), started in its own process group with one end of a
 socket pair. The parent sends it jobs (``("job", Job as a dict)``); the worker answers each
 with ``("result", SubmissionResult as a dict)`` and ends on ``("stop", None)`` or when the
 socket closes. The local pool (:mod:`.runner`) keeps several judges; a Dask task
@@ -31,6 +31,7 @@ from typing import Any
 
 from .jobs import Job, SubmissionResult
 from .sandbox import Plan, descendants, remove_cgroups, set_subreaper
+from .submission import grade_submission
 
 __all__ = ["Judge", "grade_job", "orphans", "worker_main"]
 
@@ -43,8 +44,6 @@ STARTUP_GRACE_S = 120.0
 
 def grade_job(job: Job, plan: Plan, seq: int) -> SubmissionResult:
     """Grade ``job`` in kernels under ``plan``; a grader bug becomes a "crashed" result."""
-    from .judge import grade_submission
-
     try:
         return grade_submission(job, plan, seq)
     except BaseException as e:  # noqa: BLE001 - always answer the parent
@@ -114,7 +113,7 @@ class Judge:
         env[_FD_VAR] = str(child.fileno())  # the judge's end of the socket pair
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "specdec_course.grading.worker"],
+                [sys.executable, "-m", "specdec_course.grading.judge.worker"],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(child.fileno(),),
                 env=env,
