@@ -10,12 +10,17 @@ This module reads the code cells (their Python syntax tree, never running them) 
   call to the package or calls the package's function of the same name, or by a class that
   subclasses the package's. Such a check scores 0, with the reason;
 - **flags** for the instructor (points unchanged): code that reads the course's
-  ``solutions/`` (or finds the repository through ``specdec_course.__file__``), that patches
-  attributes of imported modules (``torch.Tensor.abs = ...``, the grader's own functions),
-  or that inspects the interpreter (``gc.get_objects``, ``sys._getframe``, ``inspect.stack``).
+  ``solutions/`` (or finds the repository through ``specdec_course.__file__``), or that
+  patches attributes of imported modules (``torch.Tensor.abs = ...``);
+- **tampering** (flagged, and the submission scores 0): code that reaches into the grader
+  (its judge side, which the sandbox does not even hold, or its kernel side's internals,
+  by import, attribute, ``setattr`` or a string naming them), that inspects the interpreter
+  (``gc.get_objects``, ``sys._getframe``, ``inspect.stack``, a traceback's frames), or that
+  runs or imports code built at run time (``exec``, ``eval``, ``import_module(x + y)``). The
+  kernel runs beside such code, so no answer it sends can be told from the student's own.
 
-It is a syntax check, not a proof: code built with ``exec`` or ``getattr`` on computed names
-escapes it, and a correct function may trip it. The gradebook says what was found.
+It is a syntax check, not a proof: ``getattr`` on computed names escapes it, and a correct
+function may trip it. The gradebook says what was found.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ _GRADER_PUBLIC = {
     f"{GRADER}.ex05.make_race_inputs",
     f"{GRADER}.ex05.reference_race",
 }
+_FRAME_ATTRS = {"tb_frame", "tb_next", "f_back", "f_globals", "f_locals", "gi_frame", "cr_frame"}
 _DYNAMIC = {"exec", "eval", "compile", "__import__", "importlib.import_module", "import_module"}
 _SOLUTIONS = re.compile(r"(^|[/\\])solutions([/\\]|$)")
 _INTROSPECTION = {
@@ -69,10 +75,19 @@ class Findings:
 
     forwarders: dict[str, str] = field(default_factory=dict)  # name -> why
     flags: list[str] = field(default_factory=list)
+    tampering: list[str] = field(default_factory=list)  # flags that cost every point
 
     def flag(self, why: str) -> None:
         if why not in self.flags and len(self.flags) < 20:
             self.flags.append(why)
+
+    def tamper(self, why: str) -> None:
+        """A flag for code that reaches for the grader or the interpreter's insides: the
+        kernel runs beside it, so nothing it returns can be told from the student's own
+        work; the submission scores 0 and the instructor decides."""
+        self.flag(why)
+        if why not in self.tampering and len(self.tampering) < 20:
+            self.tampering.append(why)
 
 
 class _Names:
@@ -226,10 +241,12 @@ def _grader_flags(node: ast.AST, names: _Names, found: Findings) -> None:
         paths = [f"{node.module}.{a.name}" for a in node.names]
     for path in paths:
         if path.startswith(GRADER + ".") and path not in _GRADER_PUBLIC:
-            found.flag(f"reaches into the grader ({path})")
+            found.tamper(f"reaches into the grader ({path})")
+    if isinstance(node, ast.Attribute) and node.attr in _FRAME_ATTRS:
+        found.tamper(f"inspects the interpreter (.{node.attr})")
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         if re.search(r"grading\.(judge|kernel)|_Agent\b|\bprobes\b", node.value):
-            found.flag("names the grader's internals in a string")
+            found.tamper("names the grader's internals in a string")
     if isinstance(node, ast.Call):
         f = names.dotted(node.func) or (node.func.id if isinstance(node.func, ast.Name) else "")
         if f in _DYNAMIC and not (
@@ -252,17 +269,22 @@ def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
             for t in targets:
                 if isinstance(t, ast.Attribute):
                     path = names.dotted(t)
-                    if path:
+                    if path and path.startswith(GRADER):
+                        found.tamper(f"patches {path}")
+                    elif path:
                         found.flag(f"patches {path}")
         elif isinstance(node, ast.Call):
             f = names.dotted(node.func) or ""
             if f in ("setattr", "builtins.setattr") or (
                 isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
             ):
-                if node.args and names.dotted(node.args[0]):
-                    found.flag(f"patches {names.dotted(node.args[0])}")
+                path = names.dotted(node.args[0]) if node.args else None
+                if path and path.startswith(GRADER):
+                    found.tamper(f"patches {path}")
+                elif path:
+                    found.flag(f"patches {path}")
             elif f in _INTROSPECTION:
-                found.flag(f"inspects the interpreter ({f})")
+                found.tamper(f"inspects the interpreter ({f})")
             ref = names.package_ref(node.func)
             if ref and ref.startswith(PACKAGE + ".paths"):
                 found.flag("finds the course's files through specdec_course.paths")

@@ -31,7 +31,7 @@ from specdec_course import sampling, theory
 from specdec_course.stats import chi_square_test
 from specdec_course.stats import counts as _counts
 
-from ._support import as_number, as_vector, fmt, seeded
+from ._support import FitLog, as_number, as_vector, fmt, seeded
 from .context import case_seed, fresh_cases
 from .core import Case, call, call_inplace, call_repeat, register
 
@@ -261,6 +261,7 @@ def check_speculative_sample(fn) -> Iterator[Case]:
         return
     yield Case("returns (token, accepted)", True)
 
+    fits = FitLog()
     for k, (name, pl, ql, n) in enumerate(_sample_cases()):
         p, q = _t(pl), _t(ql)
         V = len(p)
@@ -292,6 +293,7 @@ def check_speculative_sample(fn) -> Iterator[Case]:
         law = _joint_law(p, q)
         r = chi_square_test(_counts(toks + V * (~accs).long(), 2 * V), law)
         freq = _counts(toks, V) / n
+        fits.add(r)
         yield Case(
             f"{name}: {n} samples, chi-square on (token, accepted)",
             r.passed,
@@ -301,6 +303,7 @@ def check_speculative_sample(fn) -> Iterator[Case]:
             message="" if r.passed else _diagnose_sampler(p, q, toks, accs),
             false_failure_rate=r.false_failure_rate,
         )
+    yield fits.case()
 
 
 def _valid_pair(out) -> bool:

@@ -145,6 +145,15 @@ def _lost_check(spec: CheckSpec, status: str, message: str) -> CheckResult:
     )
 
 
+def _tampered(spec: CheckSpec, why: str) -> CheckResult:
+    return _lost_check(
+        spec,
+        "failed",
+        f"the notebook {why}: the grader cannot tell its answers from the kernel's, so it "
+        "scores 0 (flagged for the instructor, who decides)",
+    )
+
+
 def _judge(spec: CheckSpec, nb: _Notebook, forwarders: dict[str, str], job: Job) -> CheckResult:
     session = nb.session
     if not nb.revive():
@@ -209,7 +218,8 @@ def grade_submission(job: Job, plan: Plan, seq: int = 0) -> SubmissionResult:
     findings = scan(cells, {n for s in specs for n in s.needs})
     nb = _Notebook(job, plan, cells, seq)
     try:
-        nb.run()
+        if not findings.tampering:  # (tampering scores 0 without running anything)
+            nb.run()
         with context.grading_seed(job.seed):
             for spec in specs:
                 if time.monotonic() - t0 > job.deadline_s:
@@ -218,6 +228,9 @@ def grade_submission(job: Job, plan: Plan, seq: int = 0) -> SubmissionResult:
                     )
                     continue
                 forwarders = dict(findings.forwarders)
+                if findings.tampering:
+                    result.checks.append(_tampered(spec, findings.tampering[0]))
+                    continue
                 result.checks.append(_judge(spec, nb, forwarders, job))
                 for n, why in forwarders.items():
                     findings.flag(f"{n} {why}")
