@@ -31,7 +31,7 @@ from specdec_course.grading.judge import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "47.0815"  # daemons run `sleep 47.0815`: findable in /proc after the grader returns
-HAS_BWRAP = sandbox.plan("auto").mode == "bwrap"
+HAS_BWRAP = sandbox.plan("weak").mode == "bwrap"
 NEEDS_BWRAP = pytest.mark.skipif(
     not HAS_BWRAP,
     reason="bubblewrap cannot run here: this attack would hit the machine itself (the grader "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -164,7 +165,7 @@ def _bwrap_options(variant: int) -> list[str]:
     if variant == 0:
         # A user namespace of its own, no nested ones (they would lift the limits), and, when
         # the grader is root, no capability left at all.
-        opts += ["--unshare-user", "--disable-userns"]
+        opts += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
     if os.geteuid() == 0:
         opts += ["--cap-drop", "ALL"]
     opts += ["--proc", "/proc", "--dev", "/dev"]
@@ -173,22 +174,37 @@ def _bwrap_options(variant: int) -> list[str]:
     for path in ("/tmp", HOME, "/dev/shm"):
         opts += ["--size", str(_TMPFS_MB * 2**20), "--tmpfs", path]
     opts += _binds()
-    opts += ["--chdir", HOME, "--clearenv"]
+    # Everything but the three scratch folders read-only: the root's own tmpfs (which has
+    # no size cap) takes no file.
+    opts += ["--remount-ro", "/", "--chdir", HOME, "--clearenv"]
     return opts
+
+
+MODES = ("auto", "require", "weak", "off")
 
 
 def plan(mode: str = "auto") -> Plan:
     """Decide how to sandbox kernels: ``"auto"`` (bubblewrap if it works, else none, with a
-    warning), ``"require"`` (bubblewrap or ``RuntimeError``) or ``"off"``.
+    warning), ``"require"`` (bubblewrap or ``RuntimeError``), ``"weak"`` (as auto, and
+    without a cgroup too) or ``"off"``.
 
-    Tries bubblewrap once, by starting Python in it. Raises ``ValueError`` for another mode.
+    ``auto`` and ``require`` need a cgroup per kernel (``RuntimeError`` where none can be
+    made): without one, nothing caps a submission's processes together. Tries bubblewrap
+    once, by starting Python in it. Raises ``ValueError`` for another mode.
     """
-    if mode not in ("auto", "require", "off"):
-        raise ValueError(f"sandbox must be 'auto', 'require' or 'off'; got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"sandbox must be one of {', '.join(MODES)}; got {mode!r}")
     warnings: list[str] = []
     cg = CGroup.available()
+    if cg is None and mode in ("auto", "require"):
+        raise RuntimeError(
+            "no cgroup can be created here, so one submission's processes together are not "
+            "capped (memory, process count; RLIMIT_NPROC binds no root process): run as "
+            "root with cgroups v2 (or v1 memory + pids) writable, or pass --sandbox weak to "
+            "grade with per-process limits only"
+        )
     result = Plan("none", [], _env(HOME), cg is not None, warnings)
-    if mode != "off":
+    if mode != "off":  # auto, require, weak
         exe = shutil.which("bwrap")
         why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
         if exe:
@@ -442,6 +458,18 @@ class Started:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def _child_setup(cg: CGroup | None) -> None:
+    # In the child, before exec: the judge's own memory cap is not the kernel's (it has its
+    # own limits, and the cgroup's), then into the cgroup.
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+    if cg is not None:
+        cg.join()
+
+
 def start(the_plan: Plan, tag: str, memory_mb: int, pids_max: int = 256) -> Started:
     """Start a kernel under ``the_plan``, in a new cgroup named ``tag`` where possible.
 
@@ -475,7 +503,7 @@ def start(the_plan: Plan, tag: str, memory_mb: int, pids_max: int = 256) -> Star
             cwd=cwd,
             pass_fds=(to_r, from_w),
             start_new_session=True,
-            preexec_fn=cg.join if cg is not None else None,
+            preexec_fn=functools.partial(_child_setup, cg),
         )
     except BaseException:
         for fd in (to_r, to_w, from_r, from_w):

@@ -18,7 +18,7 @@ from typing import Any
 from ..kernel import wire
 from . import sandbox
 from .errors import KernelLost
-from .exposure import Exposed
+from .exposure import MAX_REQUESTS_PER_CHECK, Exposed
 
 __all__ = ["KernelGone", "RemoteTimeout", "Session"]
 
@@ -119,7 +119,7 @@ class Session:
         header["t"] = token = secrets.token_hex(8)
         dropped = 0
         try:
-            wire.write_frame(self.proc.to_kernel, header, blobs)
+            wire.write_frame(self.proc.to_kernel, header, blobs, deadline)
             while True:
                 reply, blob = wire.read_frame(self.proc.from_kernel, deadline)
                 if reply.get("t") != token:
@@ -129,7 +129,7 @@ class Session:
                     continue
                 if reply.get("op") != "cb":
                     return reply, blob
-                self._serve(reply, blob)
+                self._serve(reply, blob, deadline)
         except TimeoutError:
             raise self._gone(
                 "it did not answer in time (it ignored its time limit)", "timeout"
@@ -151,7 +151,7 @@ class Session:
             return f"it was killed by signal {-code if code < 0 else code - 128} (out of memory?)"
         return "it died (out of memory, os._exit or a crash)"
 
-    def _serve(self, h: dict, blob) -> None:
+    def _serve(self, h: dict, blob, deadline: float) -> None:
         # A request from the kernel about one of the judge's objects. Errors that the judge's
         # object raises (a ValueError from KVCache.crop, say) go back to the student's code.
         live_off = h.get("live_offset", 0)
@@ -162,6 +162,7 @@ class Session:
         what, name = h.get("what"), h.get("name")
         track = False
         try:
+            self.exposed.charge("requests", 1, MAX_REQUESTS_PER_CHECK)
             self.exposed.resolve({"$ref": [ref_id]})
             value, _ = wire.decode(h.get("value"), blob[:live_off], ref=self._resolve_ref)
             if what == "call":
@@ -184,7 +185,7 @@ class Session:
             lenc, lblobs, _ = wire.encode(live)
             reply["live"], reply["live_offset"] = lenc, sum(len(b) for b in blobs)
             blobs = blobs + lblobs
-        wire.write_frame(self.proc.to_kernel, reply, blobs)
+        wire.write_frame(self.proc.to_kernel, reply, blobs, deadline)
 
     def _resolve_ref(self, tag: dict) -> Any:
         return self.exposed.resolve(tag)
@@ -266,7 +267,7 @@ class Session:
         """Say goodbye and kill the kernel and everything it started."""
         if self.alive:
             try:
-                wire.write_frame(self.proc.to_kernel, {"op": "bye"})
-            except (OSError, wire.WireError):
+                wire.write_frame(self.proc.to_kernel, {"op": "bye"}, [], time.monotonic() + 1)
+            except (OSError, wire.WireError, TimeoutError):
                 pass
         self.stop()
