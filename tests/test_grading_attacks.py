@@ -339,9 +339,12 @@ def test_forged_results_are_not_taken(run):
     for name in ("forge_run_check", "forge_agent", "forge_channel", "patch_libraries"):
         row = _row(run, name)
         assert float(row["points"]) == 0 and row["max_points"] == "10"
-    assert _row(run, "forge_run_check")["status"] == "not attempted"
+    # Tampering with the grader (its judge side, which the sandbox does not even hold) or
+    # with the interpreter scores the submission 0 without running it, flagged.
+    for name in ("forge_run_check", "forge_agent"):
+        assert _row(run, name)["status"] == "failed"
+        assert "the grader cannot tell its answers" in _row(run, name)["message"]
     assert "patches specdec_course.grading" in _row(run, "forge_run_check")["flags"]
-    assert _row(run, "forge_agent")["status"] == "failed"  # its patched loop answered nonsense
     assert "inspects the interpreter" in _row(run, "forge_agent")["flags"]
     assert "patches torch" in _row(run, "patch_libraries")["flags"]
 

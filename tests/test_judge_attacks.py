@@ -136,6 +136,27 @@ def test_a_head_that_zeroes_its_input_is_judged_on_the_judges_input():
     assert "fresh head" in res.message or "forward" in res.message
 
 
+def test_a_forged_head_report_earns_nothing(monkeypatch):
+    # The probe replaced (in a kernel: by code the scan cannot follow) with one that reports
+    # a well-formed head and outputs computed without one: the judge loads its own weights
+    # and compares with its own head, so only a real head's output passes.
+    from specdec_course.grading.judge import ex06
+
+    def forged(cls, w, n_layers, h, weights):
+        C, V = w.shape[1], w.shape[0]
+        return {
+            "module": True, "type": "MedusaHead", "layers": ("ModuleList", "Linear"),
+            "shapes": (tuple((((C, C), True),) * n_layers), ((V, C), True)),
+            "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
+            "random": h @ weights[1].T,  # lm_head alone: the blocks skipped
+        }  # fmt: skip
+
+    monkeypatch.setattr(ex06, "load_head", forged)
+    res = run_check("ex06.medusa_head", MedusaHead, quiet=True)
+    assert res.status == "failed" and res.points == 0
+    assert "random weights" in res.message or "block" in res.message
+
+
 def test_what_student_code_does_to_its_arguments_stays_with_it():
     g = torch.Generator().manual_seed(7)
     x = torch.ones(3)

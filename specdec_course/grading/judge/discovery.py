@@ -67,11 +67,11 @@ def _read(path: Path, sub: Submission, folder: str | None = None) -> None:
         except OSError:
             sub.problem = "a symbolic link that leads nowhere: not opened"
             return
-        if folder is not None and not _inside(os.path.realpath(path), folder):
-            sub.problem = "a symbolic link that leads out of the submissions folder: not opened"
-            return
     if not stat.S_ISREG(st.st_mode):
         sub.problem = f"{_kind(st.st_mode)}{' behind a symbolic link' if link else ''}: not opened"
+        return
+    if link and folder is not None and not _inside(os.path.realpath(path), folder):
+        sub.problem = "a symbolic link that leads out of the submissions folder: not opened"
         return
     if st.st_size > MAX_NOTEBOOK_BYTES:
         sub.problem = f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB: not read"
