@@ -27,11 +27,11 @@ import pytest
 from nbformat.v4 import new_code_cell
 
 from specdec_course import cli
-from specdec_course.grading import sandbox
+from specdec_course.grading.judge import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "47.0815"  # daemons run `sleep 47.0815`: findable in /proc after the grader returns
-HAS_BWRAP = sandbox.plan("auto").mode == "bwrap"
+HAS_BWRAP = sandbox.plan("weak").mode == "bwrap"
 NEEDS_BWRAP = pytest.mark.skipif(
     not HAS_BWRAP,
     reason="bubblewrap cannot run here: this attack would hit the machine itself (the grader "
@@ -45,7 +45,7 @@ NEEDS_CGROUP = pytest.mark.skipif(
 # ----------------------------------------------------------------------------- the attacks
 
 FORGE_RUN_CHECK = """
-import specdec_course.grading as grading, specdec_course.grading.core as core
+import specdec_course.grading as grading, specdec_course.grading.judge.core as core
 from specdec_course.grading import CheckResult
 def fake(check_id, *objs, **kwargs):
     spec = core._spec(check_id)
@@ -95,7 +95,7 @@ COPY_WRAPPERS = """
 import functools, types
 import specdec_course
 from specdec_course import sampling
-from specdec_course.grading import ex01 as reference
+from specdec_course.grading.judge import ex01 as reference
 residual_distribution = lambda p, q: specdec_course.sampling.residual_distribution(p, q)
 speculative_sample = functools.partial(sampling.speculative_sample)
 chi_square_p_value = types.FunctionType(reference._reference_p_value.__code__, vars(reference))
@@ -339,9 +339,12 @@ def test_forged_results_are_not_taken(run):
     for name in ("forge_run_check", "forge_agent", "forge_channel", "patch_libraries"):
         row = _row(run, name)
         assert float(row["points"]) == 0 and row["max_points"] == "10"
-    assert _row(run, "forge_run_check")["status"] == "not attempted"
+    # Tampering with the grader (its judge side, which the sandbox does not even hold) or
+    # with the interpreter scores the submission 0 without running it, flagged.
+    for name in ("forge_run_check", "forge_agent"):
+        assert _row(run, name)["status"] == "failed"
+        assert "the grader cannot tell its answers" in _row(run, name)["message"]
     assert "patches specdec_course.grading" in _row(run, "forge_run_check")["flags"]
-    assert _row(run, "forge_agent")["status"] == "failed"  # its patched loop answered nonsense
     assert "inspects the interpreter" in _row(run, "forge_agent")["flags"]
     assert "patches torch" in _row(run, "patch_libraries")["flags"]
 
@@ -437,7 +440,11 @@ def test_one_memory_cap_holds_for_all_of_a_submissions_processes(run):
 @NEEDS_CGROUP
 def test_a_fork_bomb_hits_the_process_cap_and_is_cleaned_up(run):
     row = _row(run, "fork_bomb")
-    assert row["points"] == "10" and "BlockingIOError" in row["notes"]
+    # The cap makes fork() fail (BlockingIOError); on a loaded machine the forks of a large
+    # kernel can outlast the cell's limit first, and the cell is then skipped (the grader
+    # before the two rooms did the same there). Either way it costs only itself.
+    assert row["points"] == "10"
+    assert "BlockingIOError" in row["notes"] or "code cell 11 ran past" in row["notes"]
 
 
 # ----------------------------------------------------------------------------- no sandbox

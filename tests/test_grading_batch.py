@@ -23,7 +23,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from specdec_course import cli
-from specdec_course.grading import batch
+from specdec_course.grading.judge import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 CELL_TIMEOUT = 15
@@ -342,7 +342,7 @@ def test_cli_reports_a_missing_folder_as_an_error(tmp_path, capsys):
 
 def test_jobs_and_results_cross_the_process_boundary_as_plain_dicts(tmp_path):
     from specdec_course.grading import Case, CheckResult, checks_for
-    from specdec_course.grading.jobs import Job, Submission, SubmissionResult
+    from specdec_course.grading.judge.jobs import Job, Submission, SubmissionResult
 
     nb = tmp_path / "ex01_a.ipynb"
     nbformat.write(new_notebook(), nb)

@@ -16,7 +16,8 @@ import torch
 from scipy import stats as sps
 
 from specdec_course import grading, sampling, stats, theory
-from specdec_course.grading import ex01, ex02, run_check
+from specdec_course.grading import run_check
+from specdec_course.grading.judge import ex01, ex02
 
 # --------------------------------------------------------------------------- correct answers
 

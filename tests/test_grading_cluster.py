@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from specdec_course.grading import batch
+from specdec_course.grading.judge import batch
 
 distributed = pytest.importorskip("dask.distributed", reason="needs dask[distributed]")
 

@@ -222,7 +222,7 @@ def graded_notebooks(tmp_path_factory):
 
     import nbformat
 
-    from specdec_course.grading import batch
+    from specdec_course.grading.judge import batch
 
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("ex03_submissions")

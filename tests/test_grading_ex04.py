@@ -209,7 +209,7 @@ def test_untouched_stubs_are_not_attempted():
 def graded_notebooks(tmp_path_factory):
     import nbformat
 
-    from specdec_course.grading import batch
+    from specdec_course.grading.judge import batch
 
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("ex04_submissions")

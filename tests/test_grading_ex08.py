@@ -9,7 +9,7 @@ import pytest
 
 from specdec_course import grading, theory
 from specdec_course.grading import run_check
-from specdec_course.grading.context import grading_seed
+from specdec_course.grading.judge.context import grading_seed
 
 
 def next_k(k, drafted, accepted, k_max, *, grow_when_short=True, floor=1, idle_keeps=True):

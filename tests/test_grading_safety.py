@@ -20,9 +20,10 @@ import torch
 from nbformat.v4 import new_notebook
 
 from specdec_course import grading
-from specdec_course.grading import context, copying, discovery, ex01, reports, wire
-from specdec_course.grading.exposure import Exposed
-from specdec_course.grading.jobs import SubmissionResult
+from specdec_course.grading.judge import context, copying, discovery, ex01, reports
+from specdec_course.grading.judge.exposure import Exposed
+from specdec_course.grading.judge.jobs import SubmissionResult
+from specdec_course.grading.kernel import wire
 from specdec_course.model import CharGPT, GPTConfig
 
 ROOT = Path(__file__).resolve().parent.parent

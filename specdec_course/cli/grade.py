@@ -56,17 +56,18 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--sandbox",
-        choices=("auto", "require", "off"),
+        choices=("auto", "require", "weak", "off"),
         default="auto",
         help="bubblewrap sandbox per submission: auto (use it if it runs, else warn), "
-        "require (fail without it), off",
+        "require (fail without it), weak (as auto, and grade even where no cgroup caps a "
+        "submission's processes together; auto and require refuse to), off",
     )
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     """Grade, write the CSV (and JUnit XML), print the summary."""
-    from ..grading import batch
+    from ..grading.judge import batch
 
     out = Path(args.out)
     if not out.parent.exists():

@@ -13,16 +13,31 @@ wrong; ``check(..., hint=True)`` adds the fuller hint, which points at the idea 
 prints a line of the solution. It runs in the notebook's own process, on the visible cases.
 
 Instructors grade a class with ``specdec-course grade SUBMISSIONS... --out grades.csv``
-(:mod:`specdec_course.grading.batch`): each notebook runs in its own sandboxed kernel, and
-every check runs in the grader (the judge), on cases drawn fresh from the run's seed,
+(:mod:`specdec_course.grading.judge.batch`): each notebook runs in its own sandboxed kernel,
+and every check runs in the grader (the judge), on cases drawn fresh from the run's seed,
 calling the functions the notebook defined, found by name, through a narrow channel.
+
+Two rooms, by trust
+-------------------
+- :mod:`.kernel`: what runs beside student code and what the sandbox may import (the agent
+  that runs cells and calls the student's functions, the wire format, the shared result
+  types, the probes that launch a student's object where it lives). Trusted by nobody.
+- :mod:`.judge`: the registry, the checks with their references and exact laws, case
+  generation, scoring, the sandbox, the sessions and the batch runner. The sandbox never
+  mounts it (it is an empty read-only folder there), so no reference can be imported in a
+  graded notebook by any route.
+- :mod:`.inline` (``check``, ``when_implemented``) sits above both: it imports the judge side
+  when it is there (a student's own JupyterLab) and says "graded at the end" where it is not.
+
+The judge side's names (``Case``, ``call``, ``register``, ``run_check``, ...) are importable
+from here, lazily, wherever the judge side exists.
 
 Adding an exercise
 ------------------
-Write ``specdec_course/grading/exNN.py`` (the module name is the exercise id; it is found and
-imported on first use) and register its checks::
+Write ``specdec_course/grading/judge/exNN.py`` (the module name is the exercise id; it is
+found and imported on first use) and register its checks::
 
-    from specdec_course.grading import Case, call, register
+    from specdec_course.grading.judge.core import Case, call, register
 
     @register("ex03.kv_cache_append", points=3, needs="append_kv",
               title="appending keys and values to the cache",
@@ -38,12 +53,15 @@ imported on first use) and register its checks::
   the check function receives them in that order). The batch grader looks them up by name;
   a needed name bound to a function imported from ``specdec_course`` scores 0 ("imported
   rather than written"), so list only what the student writes.
-- Compare against the package's reference implementation, never a copy of its logic.
+- Compare against the package's reference implementation, never a copy of its logic, and
+  compute the expected value from the judge's own copy of the inputs, drawn (all of them)
+  before the first call: what the student's code does to its arguments never comes back.
 - Under the batch grader the student's objects live in a kernel: call them only through
   :func:`call` / :func:`call_repeat` (or directly), with plain data, models, caches or
-  callables as arguments, and expect plain data back. To inspect a student's object itself
-  (a class, a Triton kernel), write a module-level *probe* ``probe(obj, ...)`` returning
-  plain data and ``call(case, probe, obj, ...)``: it runs where the object is.
+  callables as arguments, and expect plain data back. To use a student's object that cannot
+  travel (a class, a Triton kernel), add a *probe* to :mod:`.kernel.probes` (plain data in
+  and out, no reference, no verdict) and ``call(case, probe, obj, ...)``.
+- Every comparison fails on NaN and infinity: ``not (diff <= tol)``, never ``diff > tol``.
 - Draw random inputs from seeds passed through ``context.case_seed(n)`` (``n`` inline, fresh
   per run under the batch grader); add random cases when ``context.fresh_cases()``.
 - Statistical cases use :func:`specdec_course.stats.chi_square_test` against the exact
@@ -58,24 +76,27 @@ imported on first use) and register its checks::
   add ``tests/test_grading_exNN.py`` with the mutation tests (see ``test_grading_checks.py``).
 """
 
-from .core import (
-    BATCH_ENV,
-    STATUSES,
-    Case,
-    CheckResult,
-    CheckSpec,
-    ExerciseReport,
-    StudentError,
-    call,
-    call_repeat,
-    check,
-    checks_for,
-    exercises,
-    grade_namespace,
-    register,
-    run_check,
-    when_implemented,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .inline import check, when_implemented
+from .kernel import BATCH_ENV
+from .kernel.errors import StudentError
+from .kernel.results import STATUSES, Case, CheckResult, ExerciseReport
+
+# Judge-side names, imported on first use (absent in the sandbox).
+_JUDGE = {
+    "CheckSpec",
+    "call",
+    "call_repeat",
+    "checks_for",
+    "exercises",
+    "grade_namespace",
+    "register",
+    "run_check",
+}
 
 __all__ = [
     "BATCH_ENV",
@@ -95,3 +116,9 @@ __all__ = [
     "run_check",
     "when_implemented",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _JUDGE:
+        return getattr(importlib.import_module(f"{__name__}.judge.core"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,12 +10,14 @@ UTF-8 or hold control characters are shown escaped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import stat
 from pathlib import Path
 
+from .core import exercises
 from .jobs import Submission
 from .reports import escape
 
@@ -43,8 +45,16 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _read(path: Path, sub: Submission) -> None:
-    """Fill in ``sub.source`` or ``sub.problem`` without ever blocking or reading too much."""
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _read(path: Path, sub: Submission, folder: str | None = None) -> None:
+    """Fill in ``sub.source`` or ``sub.problem`` without ever blocking or reading too much.
+
+    A symbolic link is followed only when it stays inside ``folder`` (the submissions folder
+    it was found in, as a real path); one that leads out of it (to ``solutions/``, to another
+    class's folder) is refused."""
     try:
         st = os.lstat(path)
     except OSError as e:
@@ -59,6 +69,9 @@ def _read(path: Path, sub: Submission) -> None:
             return
     if not stat.S_ISREG(st.st_mode):
         sub.problem = f"{_kind(st.st_mode)}{' behind a symbolic link' if link else ''}: not opened"
+        return
+    if link and folder is not None and not _inside(os.path.realpath(path), folder):
+        sub.problem = "a symbolic link that leads out of the submissions folder: not opened"
         return
     if st.st_size > MAX_NOTEBOOK_BYTES:
         sub.problem = f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB: not read"
@@ -108,6 +121,7 @@ def collect(paths: list[str | os.PathLike]) -> list[Submission]:
     ``ValueError`` when nothing is found or a file given by name is not an ``.ipynb``.
     """
     found: list[Path] = []
+    folders: dict[Path, str] = {}  # each notebook's submissions folder, as a real path
     for raw in paths:
         p = Path(raw)
         if not os.path.lexists(p):
@@ -124,9 +138,11 @@ def collect(paths: list[str | os.PathLike]) -> list[Submission]:
                 for name in sorted(files, key=os.fsencode):
                     if _is_notebook_name(name):
                         found.append(Path(root) / name)
+                        folders.setdefault(found[-1], os.path.realpath(p))
                 for name in list(dirs):  # links to folders: listed as files by nobody
                     if _is_notebook_name(name) and os.path.islink(Path(root) / name):
                         found.append(Path(root) / name)
+                        folders.setdefault(found[-1], os.path.realpath(p))
         elif not _is_notebook_name(p.name):
             raise ValueError(
                 f"submission {display_name(p)!r} is not a notebook (.ipynb); pass notebooks "
@@ -134,6 +150,7 @@ def collect(paths: list[str | os.PathLike]) -> list[Submission]:
             )
         else:
             found.append(p)
+            folders.setdefault(p, os.path.realpath(p.parent))
     unique = list(dict.fromkeys(found))
     if not unique:
         raise ValueError(
@@ -142,20 +159,63 @@ def collect(paths: list[str | os.PathLike]) -> list[Submission]:
     subs = []
     for path in unique:
         sub = Submission(path, display=display_name(path))
-        _read(path, sub)
+        _read(path, sub, folders.get(path))
         subs.append(sub)
+    _flag_duplicates(subs)
     return subs
 
 
+def _flag_duplicates(subs: list[Submission]) -> None:
+    """Flag submissions that are one file (two names, one real path) or one text."""
+    by_path: dict[str, list[Submission]] = {}
+    by_text: dict[str, list[Submission]] = {}
+    for s in subs:
+        if s.problem or s.source is None:
+            continue
+        by_path.setdefault(os.path.realpath(s.path), []).append(s)
+        by_text.setdefault(hashlib.sha256(s.source.encode()).hexdigest(), []).append(s)
+    for groups, what in ((by_path, "the same file as"), (by_text, "identical to")):
+        for group in groups.values():
+            for s in group if len(group) > 1 else ():
+                others = [o.display for o in group if o is not s][:3]
+                why = f"{what} {', '.join(others)}"
+                if why not in s.flags:
+                    s.flags.append(why)
+
+
+def _by_metadata(sub: Submission) -> str | None:
+    try:
+        meta = json.loads(sub.source or "")["metadata"]["specdec_course"]
+        if isinstance(meta, dict) and meta.get("exercise") in exercises():
+            return meta["exercise"]
+    except Exception:  # noqa: BLE001 - unreadable notebooks fall back to the file name
+        pass
+    return None
+
+
+def _by_name(sub: Submission) -> str | None:
+    m = re.search(r"(?<![a-z0-9])(ex\d{2,})(?!\d)", sub.display.lower().rsplit("/", 1)[-1])
+    return m.group(1) if m and m.group(1) in exercises() else None
+
+
+def disagreement(sub: Submission, exercise: str | None) -> str:
+    """A flag when the notebook's metadata names another exercise than the one it is graded
+    as (its file name's, or ``--exercise``), else ``""``."""
+    meta = _by_metadata(sub)
+    if meta and exercise and meta != exercise:
+        return f"its metadata says {meta}, but it is graded as {exercise} (its name or --exercise)"
+    return ""
+
+
 def exercise_of(sub: Submission | Path, override: str | None = None) -> tuple[str | None, str]:
-    """Which exercise a notebook is: ``override``, else its metadata, else its file name.
+    """Which exercise a notebook is: ``override``, else ``exNN`` in its file name, else its
+    metadata.
 
-    The exercise notebooks carry ``metadata.specdec_course.exercise``; a renamed copy still
-    says ``ex01`` there. Failing that, ``ex01`` anywhere in the file name counts. Returns
-    ``(exercise, "")`` or ``(None, reason)``. ``sub`` may be a path (it is then read).
+    The exercise notebooks carry ``metadata.specdec_course.exercise``, so a copy renamed
+    without ``exNN`` still says ``ex01`` there; where the name and the metadata disagree, the
+    name wins (the metadata is the student's to edit) and :func:`disagreement` flags it.
+    Returns ``(exercise, "")`` or ``(None, reason)``. ``sub`` may be a path (it is then read).
     """
-    from .core import exercises
-
     if not isinstance(sub, Submission):
         s = Submission(Path(sub), display=display_name(sub))
         _read(Path(sub), s)
@@ -163,15 +223,12 @@ def exercise_of(sub: Submission | Path, override: str | None = None) -> tuple[st
     known = exercises()
     if override is not None:
         return override, ""
-    try:
-        meta = json.loads(sub.source or "")["metadata"]["specdec_course"]
-        if isinstance(meta, dict) and meta.get("exercise") in known:
-            return meta["exercise"], ""
-    except Exception:  # noqa: BLE001 - unreadable notebooks fall back to the file name
-        pass
-    m = re.search(r"(?<![a-z0-9])(ex\d{2,})(?!\d)", sub.display.lower().rsplit("/", 1)[-1])
-    if m and m.group(1) in known:
-        return m.group(1), ""
+    by_name = _by_name(sub)
+    if by_name:  # the name the hand-in has wins over metadata the student can edit
+        return by_name, ""
+    meta = _by_metadata(sub)
+    if meta:
+        return meta, ""
     name = sub.display.rsplit("/", 1)[-1]
     return None, (
         f"cannot tell which exercise {name!r} is (no 'exNN' in its name or metadata); "

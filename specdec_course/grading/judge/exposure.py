@@ -47,8 +47,24 @@ _MODULE_METHODS = {
 _CACHE_ATTRS = {"length", "k", "v", "crop", "reset", "batch_size", "capacity", "config"}
 LIVE = {"k", "v"}  # a cache's tensors, kept in step with the kernel's copies
 _PLAIN = (int, float, str, bool, type(None), tuple, list, torch.Size)
-_MAX_INPUT = 2**20  # elements of tensor input per call: the judge's compute is not on offer
+# What the judge spends on a kernel's behalf, per check (reset by :meth:`Exposed.clear`): the
+# judge's memory and compute are not on offer. Far above what any check's honest use needs.
+_MAX_INPUT = 2**20  # elements of tensor input per call
+MAX_TOKENS_PER_CALL = 4096  # B * T of one model call (any entry)
+MAX_TOKENS_PER_CHECK = 200_000  # B * T of all model calls of one check
+MAX_REQUESTS_PER_CHECK = 20_000  # calls, reads and writes of the judge's objects
+MAX_CACHE_ROWS = 16  # batch rows of one new_cache(...)
+MAX_CACHE_ROWS_PER_CHECK = 64  # rows of every cache made for one check
 _IDS = itertools.count(1)  # never reused: a stand-in kept from an earlier check names nothing
+
+
+def _tokens(t: torch.Tensor) -> int:
+    """B * T of a model input: token ids ``[B, T]``, or hidden states ``[B, T, C]``."""
+    if t.dim() == 0:
+        return 1
+    if t.is_floating_point() and t.dim() >= 2:
+        return t.numel() // max(1, t.shape[-1])
+    return t.numel()
 
 
 def _materialised(method, *args, **kwargs):
@@ -66,12 +82,32 @@ class Exposed:
         self.ids: dict[int, int] = {}  # id(obj) -> ref id
         self.callable: set[int] = set()  # ref ids the kernel may call
         self.live: set[tuple[int, str]] = set()  # (ref id, "k" | "v") it holds copies of
+        self.spent: dict[str, int] = {"requests": 0, "tokens": 0, "cache_rows": 0}
 
     def clear(self) -> None:
         self.objects.clear()
         self.ids.clear()
         self.callable.clear()
         self.live.clear()
+        self.spent = {"requests": 0, "tokens": 0, "cache_rows": 0}
+
+    def charge(self, what: str, n: int, limit: int) -> None:
+        """Count ``n`` of ``what`` against this check's budget; ``ValueError`` past ``limit``
+        (it goes back to the student's code, which then fails its case)."""
+        self.spent[what] = self.spent.get(what, 0) + n
+        if self.spent[what] > limit:
+            raise ValueError(
+                f"your code asked the grader for more than {limit} {what.replace('_', ' ')} "
+                "in one check; the reference needs a small fraction of that"
+            )
+
+    def _new_cache(self, method, batch_size: int = 1, *args, **kwargs):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise TypeError("new_cache(batch_size) takes a whole number")
+        if not 1 <= batch_size <= MAX_CACHE_ROWS:
+            raise ValueError(f"new_cache(batch_size) takes 1 .. {MAX_CACHE_ROWS} rows here")
+        self.charge("cache_rows", batch_size, MAX_CACHE_ROWS_PER_CHECK)
+        return method(batch_size, *args, **kwargs)
 
     def export(self, obj: Any, *, may_call: bool) -> dict:
         """The tag that stands for ``obj`` on the wire (the same id for the same object)."""
@@ -102,7 +138,7 @@ class Exposed:
             return self.export(obj, may_call=True)
         if isinstance(obj, KVCache):
             return self.export(obj, may_call=False)
-        if isinstance(obj, functools.partial) and obj.func is _materialised:
+        if isinstance(obj, functools.partial) and obj.func in (_materialised, self._new_cache):
             return self.export(obj, may_call=True)
         return None
 
@@ -124,9 +160,15 @@ class Exposed:
             raise TypeError(f"the grader's {type(self.objects[ref]).__name__} is not callable")
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise TypeError("keyword arguments must have string names")
-        size = sum(a.numel() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
-        if size > _MAX_INPUT:
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if sum(a.numel() for a in tensors) > _MAX_INPUT:
             raise ValueError(f"the grader's models take at most {_MAX_INPUT} input elements")
+        tokens = max((_tokens(a) for a in tensors), default=0)
+        if tokens > MAX_TOKENS_PER_CALL:
+            raise ValueError(
+                f"the grader's models take at most {MAX_TOKENS_PER_CALL} tokens (B * T) a call"
+            )
+        self.charge("tokens", tokens, MAX_TOKENS_PER_CHECK)
         with torch.no_grad():
             return self.objects[ref](*args, **kwargs)
 
@@ -155,6 +197,8 @@ class Exposed:
             if name in obj._parameters or name in obj._buffers:
                 t = getattr(obj, name)
                 return (None if t is None else t.detach().clone()), False
+            if name == "new_cache" and callable(getattr(obj, name, None)):
+                return functools.partial(self._new_cache, getattr(obj, name)), False
             if name in _MODULE_METHODS and callable(getattr(obj, name, None)):
                 return functools.partial(_materialised, getattr(obj, name)), False
             if name == "training" or name in vars(obj):

@@ -33,6 +33,8 @@ from torch import nn
 
 from specdec_course import medusa
 
+from ..kernel import wire
+from ..kernel.probes import load_head
 from ._support import as_number, as_vector, fmt
 from .context import case_seed, fresh_cases
 from .core import Case, call, register
@@ -60,58 +62,8 @@ def _reference_head(weights) -> nn.Module:
     return nn.Sequential(*layers, lm_head)
 
 
-def probe_head(cls, w: torch.Tensor, n_layers: int, h: torch.Tensor, g: torch.Generator) -> dict:
-    """Build the student's head from ``w`` and report on it as plain data (a probe: under
-    the batch grader it runs in the kernel, where the class is; the check judges the data).
-
-    Its blocks, their shapes, whether they share parameters, its output on ``h`` fresh,
-    whether ``w`` was shared or changed, and, after its parameters were redrawn from ``g``,
-    its weights and its output again. An error of the constructor propagates; a later one is
-    reported, as plain data, with the case it belongs to, and ends the probe.
-    """
-    from . import wire
-
-    C, V = w.shape[1], w.shape[0]
-    w_before = w.clone()
-    head = call(f"MedusaHead(weight [{V}, {C}], n_layers={n_layers})", cls, w, n_layers)
-    out: dict = {"module": isinstance(head, nn.Module), "type": type(head).__name__}
-    if not out["module"]:
-        return out
-    blocks, lm = getattr(head, "blocks", None), getattr(head, "lm_head", None)
-    listed = isinstance(blocks, nn.ModuleList)
-    out["layers"] = (type(blocks).__name__, type(lm).__name__)
-    if not (listed and all(isinstance(b, nn.Linear) for b in blocks) and isinstance(lm, nn.Linear)):
-        return out
-    out["shapes"] = (
-        tuple((tuple(b.weight.shape), b.bias is not None) for b in blocks),
-        (tuple(lm.weight.shape), lm.bias is None),
-    )
-    params = list(head.parameters())
-    out["distinct"] = len({p.data_ptr() for p in params}) == len(params) == 2 * len(blocks) + 1
-    out["blocks_distinct"] = len({id(b) for b in blocks}) == len(blocks)
-    name = f"C={C}, V={V}, {n_layers} block(s)"
-    try:
-        with torch.no_grad():
-            out["fresh"] = call(f"{name}: forward of a fresh head", head, h)
-        out["shared"] = lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before)
-        with torch.no_grad():
-            for p in params:
-                p.copy_(torch.randn(p.shape, generator=g))
-        out["weights"] = (
-            tuple((b.weight.detach().clone(), b.bias.detach().clone()) for b in blocks),
-            lm.weight.detach().clone(),
-        )
-        with torch.no_grad():
-            out["random"] = call(f"{name}: forward with trained weights", head, h)
-    except Exception as e:  # noqa: BLE001 - the student's, reported when the check gets there
-        out["error"] = wire.error_info(e)
-    return out
-
-
 def _step(info: dict, key: str):
     """The probe's result for ``key``, or the student's error that stopped it before."""
-    from . import wire
-
     if key not in info and "error" in info:
         raise wire.rebuild_error(info["error"])
     return info.get(key)
@@ -156,10 +108,18 @@ def _diagnose_forward(weights, h: torch.Tensor, got: torch.Tensor) -> str:
 )
 def check_medusa_head(cls) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(0))
+    cases = []  # every input drawn before the first call: the kernel cannot steer them
     for C, V, n in ((8, 11, 1), (24, 65, 2), (12, 7, 3)):
         w = torch.randn(V, C, generator=g)
         h = torch.randn(5, 3, C, generator=g)
-        info = call(f"MedusaHead(weight [{V}, {C}], n_layers={n})", probe_head, cls, w, n, h, g)
+        blocks = tuple(
+            (torch.randn(C, C, generator=g), torch.randn(C, generator=g)) for _ in range(n)
+        )
+        cases.append((C, V, n, w, h, (blocks, torch.randn(V, C, generator=g))))
+    for C, V, n, w, h, weights in cases:
+        info = call(
+            f"MedusaHead(weight [{V}, {C}], n_layers={n})", load_head, cls, w, n, h, weights
+        )
         if not isinstance(info, dict):
             raise TypeError("the head probe returned no report")
         name = f"C={C}, V={V}, n_layers={n}"
@@ -236,7 +196,6 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 "lm_head is the target's own tensor: training the head would change the target",
             )
             return
-        weights = _step(info, "weights")
         got = as_vector(_step(info, "random"))
         with torch.no_grad():
             exp = _reference_head(weights)(h).double()

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from specdec_course.paths import data_dir
+
+from ..kernel import BATCH_ENV
+from .cgroup import CGroup, kill_pids
 
 __all__ = [
     "CGroup",
@@ -84,17 +89,12 @@ def kernel_command() -> list[str]:
 
 
 def _env(home: str) -> dict[str, str]:
-    from specdec_course.paths import data_dir
-
-    from .core import BATCH_ENV
-
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        BATCH_ENV: "1",
         # One thread per kernel: several kernels share the machine's cores.
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
@@ -114,10 +114,15 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
+def judge_dir() -> str:
+    """The judge side's folder (references, exact laws, checks): never shown to a kernel."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
 def _binds() -> list[str]:
-    """bwrap options that show the system, Python and the package, all read-only."""
+    """bwrap options that show the system, Python and the package, all read-only, with the
+    judge side's folder covered by an empty read-only one (no file of it is visible)."""
     import specdec_course
-    from specdec_course.paths import data_dir
 
     opts = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -146,6 +151,8 @@ def _binds() -> list[str]:
         roots = [r for r in roots if not r.startswith(real + "/")] + [real]
     for r in roots:
         opts += ["--ro-bind", r, r]
+    hidden = os.path.realpath(judge_dir())
+    opts += ["--tmpfs", hidden, "--remount-ro", hidden]
     # The venv's python is a symlink into the base installation; keep the path it was run by.
     exe_dir = os.path.dirname(os.path.abspath(sys.executable))
     if not any(exe_dir == r or exe_dir.startswith(r + "/") for r in roots + ["/usr"]):
@@ -158,7 +165,7 @@ def _bwrap_options(variant: int) -> list[str]:
     if variant == 0:
         # A user namespace of its own, no nested ones (they would lift the limits), and, when
         # the grader is root, no capability left at all.
-        opts += ["--unshare-user", "--disable-userns"]
+        opts += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
     if os.geteuid() == 0:
         opts += ["--cap-drop", "ALL"]
     opts += ["--proc", "/proc", "--dev", "/dev"]
@@ -167,22 +174,37 @@ def _bwrap_options(variant: int) -> list[str]:
     for path in ("/tmp", HOME, "/dev/shm"):
         opts += ["--size", str(_TMPFS_MB * 2**20), "--tmpfs", path]
     opts += _binds()
-    opts += ["--chdir", HOME, "--clearenv"]
+    # Everything but the three scratch folders read-only: the root's own tmpfs (which has
+    # no size cap) takes no file.
+    opts += ["--remount-ro", "/", "--chdir", HOME, "--clearenv"]
     return opts
+
+
+MODES = ("auto", "require", "weak", "off")
 
 
 def plan(mode: str = "auto") -> Plan:
     """Decide how to sandbox kernels: ``"auto"`` (bubblewrap if it works, else none, with a
-    warning), ``"require"`` (bubblewrap or ``RuntimeError``) or ``"off"``.
+    warning), ``"require"`` (bubblewrap or ``RuntimeError``), ``"weak"`` (as auto, and
+    without a cgroup too) or ``"off"``.
 
-    Tries bubblewrap once, by starting Python in it. Raises ``ValueError`` for another mode.
+    ``auto`` and ``require`` need a cgroup per kernel (``RuntimeError`` where none can be
+    made): without one, nothing caps a submission's processes together. Tries bubblewrap
+    once, by starting Python in it. Raises ``ValueError`` for another mode.
     """
-    if mode not in ("auto", "require", "off"):
-        raise ValueError(f"sandbox must be 'auto', 'require' or 'off'; got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"sandbox must be one of {', '.join(MODES)}; got {mode!r}")
     warnings: list[str] = []
     cg = CGroup.available()
+    if cg is None and mode in ("auto", "require"):
+        raise RuntimeError(
+            "no cgroup can be created here, so one submission's processes together are not "
+            "capped (memory, process count; RLIMIT_NPROC binds no root process): run as "
+            "root with cgroups v2 (or v1 memory + pids) writable, or pass --sandbox weak to "
+            "grade with per-process limits only"
+        )
     result = Plan("none", [], _env(HOME), cg is not None, warnings)
-    if mode != "off":
+    if mode != "off":  # auto, require, weak
         exe = shutil.which("bwrap")
         why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
         if exe:
@@ -213,142 +235,15 @@ def plan(mode: str = "auto") -> Plan:
             )
     else:
         warnings.append("NO SANDBOX (--sandbox off): submissions ran as this user")
+    if result.mode != "bwrap":
+        # The judge side can be imported there: keep the notebook's check() cells quiet.
+        result.env[BATCH_ENV] = "1"
     if cg is None:
         warnings.append(
             "no cgroup could be created here: the memory cap is per process (address space), "
             "and the process count is limited by RLIMIT_NPROC only (which binds no root process)"
         )
     return result
-
-
-# --------------------------------------------------------------------------- cgroups
-
-
-class CGroup:
-    """A cgroup (v2, else v1 memory + pids) capping memory and processes of one kernel."""
-
-    def __init__(self, dirs: list[Path]):
-        self.dirs = dirs
-
-    @staticmethod
-    def _mounts() -> tuple[Path | None, dict[str, Path]]:
-        v2, v1 = None, {}
-        with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                fstype, _, opts = (right.split() + ["", "", ""])[:3]
-                mount = Path(left.split()[4])
-                if fstype == "cgroup2":
-                    v2 = mount
-                elif fstype == "cgroup":
-                    for ctl in ("memory", "pids"):
-                        if ctl in opts.split(","):
-                            v1[ctl] = mount
-        return v2, v1
-
-    @staticmethod
-    def _own(controller: str) -> str:
-        with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
-            for line in f:
-                _, ctls, path = line.rstrip("\n").split(":", 2)
-                if (controller == "" and ctls == "") or controller in ctls.split(","):
-                    return path.lstrip("/")
-        return ""
-
-    @classmethod
-    def create(cls, tag: str, memory_bytes: int, pids_max: int) -> CGroup | None:
-        """A new cgroup named ``tag`` with those limits, or ``None`` where none can be made."""
-        v2, v1 = cls._mounts()
-        if v2 is not None:
-            d = v2 / cls._own("") / tag
-            try:
-                d.mkdir()
-            except OSError:
-                d = None
-            if d is not None:
-                if (d / "memory.max").exists() and (d / "pids.max").exists():
-                    try:
-                        (d / "memory.max").write_text(str(memory_bytes))
-                        (d / "pids.max").write_text(str(pids_max))
-                        with contextlib.suppress(OSError):
-                            (d / "memory.swap.max").write_text("0")
-                        return cls([d])
-                    except OSError:
-                        pass
-                with contextlib.suppress(OSError):
-                    d.rmdir()
-        if "memory" in v1 and "pids" in v1:
-            dirs = []
-            try:
-                for ctl in ("memory", "pids"):
-                    d = v1[ctl] / cls._own(ctl) / tag
-                    d.mkdir()
-                    dirs.append(d)
-                mem = dirs[0]
-                (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
-                with contextlib.suppress(OSError):
-                    (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
-                (dirs[1] / "pids.max").write_text(str(pids_max))
-                return cls(dirs)
-            except OSError:
-                cls(dirs).remove()
-        return None
-
-    @classmethod
-    def available(cls) -> CGroup | None:
-        cg = cls.create(f"specdec-probe-{os.getpid()}", 2**30, 64)
-        if cg is not None:
-            cg.remove()
-        return cg
-
-    def join(self) -> None:
-        """Move the calling process into the cgroup (run in the child before exec)."""
-        for d in self.dirs:
-            with open(d / "cgroup.procs", "w") as f:
-                f.write(str(os.getpid()))
-
-    def pids(self) -> set[int]:
-        out: set[int] = set()
-        for d in self.dirs:
-            with contextlib.suppress(OSError, ValueError):
-                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
-        return out
-
-    def kill(self) -> None:
-        """SIGKILL everything in the cgroup, until it is empty (about a second at most)."""
-        for _ in range(100):
-            pids = self.pids()
-            if not pids:
-                return
-            kill_pids(pids)
-            time.sleep(0.01)
-
-    @classmethod
-    def named(cls, prefix: str) -> list[CGroup]:
-        """The cgroups (one per kernel) whose names start with ``prefix``, left by a judge
-        that was killed before it could remove them."""
-        v2, v1 = cls._mounts()
-        parents = []
-        if v2 is not None:
-            parents.append(v2 / cls._own(""))
-        parents += [v1[c] / cls._own(c) for c in ("memory", "pids") if c in v1]
-        out = []
-        for parent in parents:
-            with contextlib.suppress(OSError):
-                out += [cls([d]) for d in parent.iterdir() if d.name.startswith(prefix)]
-        return out
-
-    def remove(self) -> None:
-        self.kill()
-        for d in reversed(self.dirs):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
 
 
 # --------------------------------------------------------------------------- processes
@@ -393,12 +288,6 @@ def remove_cgroups(prefix: str) -> None:
         cg.remove()
 
 
-def kill_pids(pids) -> None:
-    for p in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            os.kill(p, signal.SIGKILL)
-
-
 @dataclass
 class Started:
     """A kernel process and what must go when it goes."""
@@ -431,6 +320,18 @@ class Started:
                 pass
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _child_setup(cg: CGroup | None) -> None:
+    # In the child, before exec: the judge's own memory cap is not the kernel's (it has its
+    # own limits, and the cgroup's), then into the cgroup.
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+    if cg is not None:
+        cg.join()
 
 
 def start(the_plan: Plan, tag: str, memory_mb: int, pids_max: int = 256) -> Started:
@@ -466,7 +367,7 @@ def start(the_plan: Plan, tag: str, memory_mb: int, pids_max: int = 256) -> Star
             cwd=cwd,
             pass_fds=(to_r, from_w),
             start_new_session=True,
-            preexec_fn=cg.join if cg is not None else None,
+            preexec_fn=functools.partial(_child_setup, cg),
         )
     except BaseException:
         for fd in (to_r, to_w, from_r, from_w):

@@ -15,9 +15,10 @@ import secrets
 import time
 from typing import Any
 
-from . import sandbox, wire
-from .core import KernelLost
-from .exposure import Exposed
+from ..kernel import wire
+from . import sandbox
+from .errors import KernelLost
+from .exposure import MAX_REQUESTS_PER_CHECK, Exposed
 
 __all__ = ["KernelGone", "RemoteTimeout", "Session"]
 
@@ -118,7 +119,7 @@ class Session:
         header["t"] = token = secrets.token_hex(8)
         dropped = 0
         try:
-            wire.write_frame(self.proc.to_kernel, header, blobs)
+            wire.write_frame(self.proc.to_kernel, header, blobs, deadline)
             while True:
                 reply, blob = wire.read_frame(self.proc.from_kernel, deadline)
                 if reply.get("t") != token:
@@ -128,7 +129,7 @@ class Session:
                     continue
                 if reply.get("op") != "cb":
                     return reply, blob
-                self._serve(reply, blob)
+                self._serve(reply, blob, deadline)
         except TimeoutError:
             raise self._gone(
                 "it did not answer in time (it ignored its time limit)", "timeout"
@@ -150,7 +151,7 @@ class Session:
             return f"it was killed by signal {-code if code < 0 else code - 128} (out of memory?)"
         return "it died (out of memory, os._exit or a crash)"
 
-    def _serve(self, h: dict, blob) -> None:
+    def _serve(self, h: dict, blob, deadline: float) -> None:
         # A request from the kernel about one of the judge's objects. Errors that the judge's
         # object raises (a ValueError from KVCache.crop, say) go back to the student's code.
         live_off = h.get("live_offset", 0)
@@ -161,6 +162,7 @@ class Session:
         what, name = h.get("what"), h.get("name")
         track = False
         try:
+            self.exposed.charge("requests", 1, MAX_REQUESTS_PER_CHECK)
             self.exposed.resolve({"$ref": [ref_id]})
             value, _ = wire.decode(h.get("value"), blob[:live_off], ref=self._resolve_ref)
             if what == "call":
@@ -183,7 +185,7 @@ class Session:
             lenc, lblobs, _ = wire.encode(live)
             reply["live"], reply["live_offset"] = lenc, sum(len(b) for b in blobs)
             blobs = blobs + lblobs
-        wire.write_frame(self.proc.to_kernel, reply, blobs)
+        wire.write_frame(self.proc.to_kernel, reply, blobs, deadline)
 
     def _resolve_ref(self, tag: dict) -> Any:
         return self.exposed.resolve(tag)
@@ -213,14 +215,17 @@ class Session:
         seed: tuple[int, int] | None = None,
         repeat: int | None = None,
         student: Any = None,
+        inplace: bool = False,
     ) -> Any:
-        """Call a student object (``{"name": n}``) or a probe (``{"probe": "mod:qualname"}``)
-        in the kernel and return what it returned, as plain data.
+        """Call a student object (``{"name": n}``) or a probe (``{"probe": name}``) in the
+        kernel and return what it returned, as plain data.
 
-        Tensors and generators among the arguments get the kernel's in-place changes back.
-        ``student(obj)`` gives the tag for a student object among the arguments. Raises the
-        rebuilt student exception, :class:`RemoteTimeout` (the call hit ``timeout``) or
-        :class:`KernelGone`.
+        The kernel gets copies: nothing it does to them, or to a generator, reaches the
+        judge's objects. ``inplace`` returns ``(value, args)``, the positional arguments as
+        the call left them, as new objects (output, for a function whose API writes into its
+        arguments). ``student(obj)`` gives the tag for a student object among the arguments.
+        Raises the rebuilt student exception, :class:`RemoteTimeout` (the call hit
+        ``timeout``) or :class:`KernelGone`.
         """
 
         def ref(obj):
@@ -228,7 +233,7 @@ class Session:
             return tag if tag is not None else self.exposed.for_arguments(obj)
 
         self.exposed.live.clear()
-        enc, blobs, objects = wire.encode((tuple(args), dict(kwargs)), ref=ref)
+        enc, blobs, _ = wire.encode((tuple(args), dict(kwargs)), ref=ref)
         header = {
             "op": "call",
             "target": target,
@@ -236,6 +241,7 @@ class Session:
             "timeout": max(0.01, timeout),
             "seed": list(seed) if seed else None,
             "repeat": repeat,
+            "inplace": bool(inplace),
         }
         reply, blob = self._request(header, blobs, timeout + _GRACE_S)
         if reply.get("timeout"):
@@ -248,8 +254,11 @@ class Session:
                 items, _ = wire.decode(reply["live"], blob[live_off:], ref=self._resolve_ref)
                 self.exposed.write_back(items)
             got, _ = wire.decode(reply.get("value"), blob[:live_off], ref=self._resolve_ref)
-            value, back = got
-            _write_back(objects, back)
+            value, after = got
+            if inplace:
+                if not (isinstance(after, list) and len(after) == len(args)):
+                    raise TypeError("malformed arguments")
+                return value, tuple(after)
         except (wire.WireError, KeyError, TypeError, ValueError, RuntimeError) as e:
             raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
         return value
@@ -258,31 +267,7 @@ class Session:
         """Say goodbye and kill the kernel and everything it started."""
         if self.alive:
             try:
-                wire.write_frame(self.proc.to_kernel, {"op": "bye"})
-            except (OSError, wire.WireError):
+                wire.write_frame(self.proc.to_kernel, {"op": "bye"}, [], time.monotonic() + 1)
+            except (OSError, wire.WireError, TimeoutError):
                 pass
         self.stop()
-
-
-def _write_back(objects: list, back: Any) -> None:
-    """Apply the kernel's in-place changes to the judge's argument tensors and generators."""
-    import torch
-
-    if not isinstance(back, list):
-        raise TypeError("malformed write-back")
-    for item in back:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)):
-            raise TypeError("malformed write-back")
-        i, new = item
-        if not 0 <= i < len(objects):
-            raise TypeError("write-back out of range")
-        old = objects[i]
-        if isinstance(old, torch.Generator):
-            if isinstance(new, torch.Generator):
-                old.set_state(new.get_state())
-        elif isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
-            with torch.no_grad():
-                if old.shape == new.shape and old.dtype == new.dtype:
-                    old.copy_(new)
-                else:
-                    old.set_(new.to(old.dtype) if new.dtype != old.dtype else new)

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..kernel.results import STATUSES
 from .core import CheckResult, checks_for
-from .results import STATUSES
 
 __all__ = ["CheckInfo", "Job", "Submission", "SubmissionResult"]
 
@@ -33,6 +33,7 @@ class Submission:
     display: str = ""
     source: str | None = None
     problem: str = ""  # not read: a FIFO, a link, too large, not UTF-8...
+    flags: list[str] = field(default_factory=list)  # for the instructor: a duplicate, say
 
     def __post_init__(self):
         if not self.display:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import nbformat
 
@@ -30,7 +31,9 @@ from .session import KernelGone, Session
 
 __all__ = ["grade_submission"]
 
-_MAX_STARTS = 4  # kernels per submission: the first and at most three replays
+# Kernels per submission: every loss while the cells run skips one cell for good, and every
+# check may lose one; the notebook's time budget bounds the replays as well.
+_MAX_STARTS_CAP = 64
 _MAX_NOTES = 12
 
 
@@ -56,6 +59,7 @@ class _Notebook:
             notebook_name=safe or "submission.ipynb",
             notebook_text=job.source,
         )
+        self.max_starts = min(_MAX_STARTS_CAP, len(cells) + len(job.checks) + 1)
         self.skipped: set[int] = set()
         self.seen: set[int] = set()  # cells already run once (their notes are taken)
         self.notes: list[str] = []
@@ -70,7 +74,7 @@ class _Notebook:
 
     def run(self) -> bool:
         """Start a kernel and run the cells; ``False`` if no kernel could be kept alive."""
-        while self.session.starts < _MAX_STARTS:
+        while self.session.starts < self.max_starts:
             try:
                 self.session.start()
             except KernelGone as e:
@@ -78,7 +82,7 @@ class _Notebook:
                 return False
             if self._run_cells():
                 return True
-        self.note(f"the kernel was lost {_MAX_STARTS} times: the notebook could not be run")
+        self.note(f"the kernel was lost {self.max_starts} times: the notebook could not be run")
         return False
 
     def _run_cells(self) -> bool:
@@ -129,7 +133,7 @@ class _Notebook:
         if self.session.alive:
             return True
         self.budget = self.job.notebook_timeout  # a replay gets the notebook's time again
-        while self.session.starts < _MAX_STARTS:
+        while self.session.starts < self.max_starts:
             try:
                 self.session.start()
             except KernelGone:
@@ -142,6 +146,15 @@ class _Notebook:
 def _lost_check(spec: CheckSpec, status: str, message: str) -> CheckResult:
     return CheckResult(
         spec.id, spec.title, status, 0.0, spec.points, message=message, hint=spec.hint
+    )
+
+
+def _tampered(spec: CheckSpec, why: str) -> CheckResult:
+    return _lost_check(
+        spec,
+        "failed",
+        f"the notebook {why}: the grader cannot tell its answers from the kernel's, so it "
+        "scores 0 (flagged for the instructor, who decides)",
     )
 
 
@@ -184,11 +197,14 @@ def _judge(spec: CheckSpec, nb: _Notebook, forwarders: dict[str, str], job: Job)
     return res
 
 
-def grade_submission(job: Job, plan: Plan, seq: int = 0) -> SubmissionResult:
+def grade_submission(
+    job: Job, plan: Plan, seq: int = 0, on_check: Callable[[CheckResult], None] | None = None
+) -> SubmissionResult:
     """Grade ``job`` (its notebook text, exercise, limits and seed) in kernels under ``plan``.
 
     Returns one result per check of the exercise, the notes on the notebook's cells and the
-    copy-detection flags. Nothing the submission does raises; a grader bug may.
+    copy-detection flags; ``on_check`` gets each check's result as soon as it is judged.
+    Nothing the submission does raises; a grader bug may.
     """
     t0 = time.monotonic()
     result = SubmissionResult(job.file, job.exercise, seed=job.seed)
@@ -200,8 +216,8 @@ def grade_submission(job: Job, plan: Plan, seq: int = 0) -> SubmissionResult:
         if not all(isinstance(c, str) for c in cells):
             raise ValueError("a code cell's source is not text")
     except Exception as e:  # noqa: BLE001 - any unreadable file is the student's problem
-        msg = str(e).strip().split("\n")[0][:200]
-        reason = f"not a readable notebook ({type(e).__name__}: {msg})"
+        # The error's type only: its text may quote the file (which may be anyone's).
+        reason = f"not a readable notebook ({type(e).__name__}; open it in Jupyter to see why)"
         result.checks = job.failed_checks("unreadable", reason)
         result.notes.append(reason)
         result.seconds = time.monotonic() - t0
@@ -209,7 +225,8 @@ def grade_submission(job: Job, plan: Plan, seq: int = 0) -> SubmissionResult:
     findings = scan(cells, {n for s in specs for n in s.needs})
     nb = _Notebook(job, plan, cells, seq)
     try:
-        nb.run()
+        if not findings.tampering:  # (tampering scores 0 without running anything)
+            nb.run()
         with context.grading_seed(job.seed):
             for spec in specs:
                 if time.monotonic() - t0 > job.deadline_s:
@@ -218,7 +235,12 @@ def grade_submission(job: Job, plan: Plan, seq: int = 0) -> SubmissionResult:
                     )
                     continue
                 forwarders = dict(findings.forwarders)
+                if findings.tampering:
+                    result.checks.append(_tampered(spec, findings.tampering[0]))
+                    continue
                 result.checks.append(_judge(spec, nb, forwarders, job))
+                if on_check is not None:  # kept, should this worker be lost later
+                    on_check(result.checks[-1])
                 for n, why in forwarders.items():
                     findings.flag(f"{n} {why}")
     finally:

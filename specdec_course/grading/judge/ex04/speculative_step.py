@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import torch
@@ -104,7 +105,7 @@ class _ForcedVerify:
             )
             return None
         err = (t[0].detach().double() - ref.double()).abs().amax(-1)
-        bad = (err > ATOL).nonzero()
+        bad = (~(err <= ATOL)).nonzero()  # (NaN fails too)
         return int(bad[0]) if len(bad) else None
 
     def _check_q(self, q, q_ref) -> None:
@@ -159,18 +160,43 @@ class _ForcedVerify:
 
 
 class _Counter:
-    """Counts forward calls of a model (student code calls the models as functions)."""
+    """Counts the calls of a model, by whatever entry they come: ``model(...)``,
+    ``model.forward``, ``hidden_states``, ``decode_hidden`` or any of its submodules (a
+    forward hook sees only the first). A call made from inside another counts once."""
+
+    ENTRIES = ("forward", "hidden_states", "decode_hidden")
 
     def __init__(self, model):
         self.n = 0
+        self.depth = 0
         self.paused = False
-        self.handle = model.register_forward_hook(self._hook)
+        self.patched: list[tuple[object, str]] = []
+        for module in model.modules():
+            names = self.ENTRIES if module is model else ("forward",)
+            for name in names:
+                if callable(getattr(module, name, None)):
+                    self._wrap(module, name)
 
-    def _hook(self, *args):
-        self.n += not self.paused
+    def _wrap(self, module, name: str) -> None:
+        inner = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            self.depth += 1
+            try:
+                if self.depth == 1 and not self.paused:
+                    self.n += 1
+                return inner(*args, **kwargs)
+            finally:
+                self.depth -= 1
+
+        object.__setattr__(module, name, counted)  # an instance attribute, shadowing the method
+        self.patched.append((module, name))
 
     def remove(self):
-        self.handle.remove()
+        for module, name in self.patched:
+            with contextlib.suppress(AttributeError):
+                object.__delattr__(module, name)
+        self.patched.clear()
 
 
 # (k, forced number accepted) for consecutive steps: a rejection in the middle, full

@@ -3,15 +3,17 @@
 The batch grader hands the checks :class:`Remote` objects instead of the student's own; the
 checks call them exactly as they call a local function (through :func:`.core.call`), and
 the call runs in the kernel, on the arguments the check chose, within the check's deadline.
-A check function that takes student objects as arguments (a *probe*, such as ex05's
-``launch_race``) runs in the kernel as a whole, since that is where those objects are.
+A probe of :mod:`..kernel.probes` called with student objects among its arguments (ex05's
+``launch_race``) runs in the kernel, since that is where those objects are.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..kernel.probes import PROBES
 from . import context
+from .errors import CheckTimeout
 from .session import KernelGone, RemoteTimeout, Session
 
 __all__ = ["KernelGone", "Remote", "remote_call"]
@@ -41,6 +43,12 @@ class Remote:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return remote_call(self, args, kwargs)
 
+    def _sd_call(
+        self, func: Any, args: tuple, kwargs: dict, repeat: int | None, inplace: bool
+    ) -> Any:
+        # How :func:`.core.call` reaches a kernel without importing this module.
+        return remote_call(func, args, kwargs, repeat, inplace)
+
     def __repr__(self) -> str:
         return f"<your {self.name} (in the grading kernel)>"
 
@@ -52,16 +60,16 @@ def _session_of(func: Any, args: tuple, kwargs: dict) -> Session | None:
     return None
 
 
-def remote_call(func: Any, args: tuple, kwargs: dict, repeat: int | None = None) -> Any:
+def remote_call(
+    func: Any, args: tuple, kwargs: dict, repeat: int | None = None, inplace: bool = False
+) -> Any:
     """Run ``func(*args, **kwargs)`` (``repeat`` times: a list) where the student objects are.
 
-    ``func`` is a :class:`Remote`, or a module-level function of ``specdec_course.grading``
-    whose arguments include one (it then runs in the kernel). Raises what the student's code
-    raised (rebuilt), :class:`.core.CheckTimeout` past the check's deadline, or
-    :class:`KernelGone` when the kernel was lost.
+    ``func`` is a :class:`Remote`, or a probe of :mod:`..kernel.probes` whose arguments include
+    one (it then runs in the kernel). ``inplace``: return ``(value, args after the call)``.
+    Raises what the student's code raised (rebuilt), :class:`.errors.CheckTimeout` past the
+    check's deadline, or :class:`KernelGone` when the kernel was lost.
     """
-    from .core import CheckTimeout
-
     session = _session_of(func, args, kwargs)
     if session is None:
         raise TypeError("remote_call needs a student object")
@@ -71,10 +79,10 @@ def remote_call(func: Any, args: tuple, kwargs: dict, repeat: int | None = None)
     if isinstance(func, Remote):
         target = {"name": func.name}
     else:
-        module, qualname = getattr(func, "__module__", ""), getattr(func, "__qualname__", "")
-        if not module.startswith("specdec_course.grading.") or "<" in qualname:
-            raise TypeError(f"{func!r} cannot run in the kernel (not a grading probe)")
-        target = {"probe": f"{module}:{qualname}"}
+        names = [n for n, f in PROBES.items() if f is func]
+        if not names:
+            raise TypeError(f"{func!r} cannot run in the kernel (not a probe of kernel.probes)")
+        target = {"probe": names[0]}
 
     def student(obj):
         return {"$student": obj.name} if isinstance(obj, Remote) else None
@@ -88,6 +96,7 @@ def remote_call(func: Any, args: tuple, kwargs: dict, repeat: int | None = None)
             seed=context.seed_block(),
             repeat=repeat,
             student=student,
+            inplace=inplace,
         )
     except RemoteTimeout:
         raise CheckTimeout() from None

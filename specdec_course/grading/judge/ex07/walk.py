@@ -12,7 +12,7 @@ from specdec_course.medusa.generate import _greedy_walk
 from specdec_course.stats import chi_square_test, round_probs
 from specdec_course.stats import counts as _counts
 
-from .._support import as_number, fmt, seeded
+from .._support import FitLog, as_number, fmt, seeded
 from ..context import case_seed, fresh_cases
 from ..core import Case, call_repeat, register
 
@@ -197,7 +197,7 @@ def _below(i: int, children) -> list[int]:
     return out
 
 
-def _walk_case(fn, name: str, case, n: int, seed: int) -> Case:
+def _walk_case(fn, name: str, case, n: int, seed: int, fits: FitLog) -> Case:
     probs, tokens, children = case
     T = probs.shape[0]
     with seeded(case_seed(seed)) as g:
@@ -212,6 +212,7 @@ def _walk_case(fn, name: str, case, n: int, seed: int) -> Case:
         ends[k], toks[k] = end
     law = exact_law(probs, tokens, children)
     r = chi_square_test(_counts(ends * V + toks, T * V), law.flatten())
+    fits.add(r)
     return Case(
         f"{name}: {n} walks, chi-square on (last node, token)",
         r.passed,
@@ -253,11 +254,13 @@ def check_walk_one_level(fn) -> Iterator[Case]:
                 3000,
             )
         )
+    fits = FitLog()
     for k, (name, case, n) in enumerate(cases):
-        res = _walk_case(fn, name, case, n, 100 + k)
+        res = _walk_case(fn, name, case, n, 100 + k, fits)
         yield res
         if not res.passed:
             return
+    yield fits.case()
 
 
 @register(
@@ -313,11 +316,13 @@ def check_walk_tree(fn) -> Iterator[Case]:
         cases.append(
             ("a random tree", make_tree_case(_random_paths(case_seed(25)), case_seed(26)), 4000)
         )
+    fits = FitLog()
     for k, (name, case, n) in enumerate(cases):
-        res = _walk_case(fn, name, case, n, 200 + k)
+        res = _walk_case(fn, name, case, n, 200 + k, fits)
         yield res
         if not res.passed:
             return
+    yield fits.case()
 
 
 def _random_paths(seed: int) -> list[tuple[int, ...]]:

@@ -31,9 +31,9 @@ from specdec_course import sampling, theory
 from specdec_course.stats import chi_square_test
 from specdec_course.stats import counts as _counts
 
-from ._support import as_number, as_vector, fmt, seeded
+from ._support import FitLog, as_number, as_vector, fmt, seeded
 from .context import case_seed, fresh_cases
-from .core import Case, call, call_repeat, register
+from .core import Case, call, call_inplace, call_repeat, register
 
 # The 5-token example of lesson 01.
 P5 = [0.50, 0.25, 0.15, 0.07, 0.03]
@@ -100,11 +100,14 @@ def _diagnose_residual(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp:
     return "wrong values, though they form a distribution of the right length"
 
 
+def _same(a, b: torch.Tensor) -> bool:
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+
+
 def _compare_residual(name, fn, p, q) -> Case:
     exp = sampling.residual_distribution(p, q)
-    p_in, q_in = p.clone(), q.clone()
-    raw = call(name, fn, p_in, q_in)
-    if not (torch.equal(p_in, p) and torch.equal(q_in, q)):
+    raw, after = call_inplace(name, fn, p, q)
+    if not all(_same(a, b) for a, b in zip(after, (p, q))):
         return Case(
             name,
             False,
@@ -258,6 +261,7 @@ def check_speculative_sample(fn) -> Iterator[Case]:
         return
     yield Case("returns (token, accepted)", True)
 
+    fits = FitLog()
     for k, (name, pl, ql, n) in enumerate(_sample_cases()):
         p, q = _t(pl), _t(ql)
         V = len(p)
@@ -289,6 +293,7 @@ def check_speculative_sample(fn) -> Iterator[Case]:
         law = _joint_law(p, q)
         r = chi_square_test(_counts(toks + V * (~accs).long(), 2 * V), law)
         freq = _counts(toks, V) / n
+        fits.add(r)
         yield Case(
             f"{name}: {n} samples, chi-square on (token, accepted)",
             r.passed,
@@ -298,6 +303,7 @@ def check_speculative_sample(fn) -> Iterator[Case]:
             message="" if r.passed else _diagnose_sampler(p, q, toks, accs),
             false_failure_rate=r.false_failure_rate,
         )
+    yield fits.case()
 
 
 def _valid_pair(out) -> bool:

@@ -10,12 +10,17 @@ This module reads the code cells (their Python syntax tree, never running them) 
   call to the package or calls the package's function of the same name, or by a class that
   subclasses the package's. Such a check scores 0, with the reason;
 - **flags** for the instructor (points unchanged): code that reads the course's
-  ``solutions/`` (or finds the repository through ``specdec_course.__file__``), that patches
-  attributes of imported modules (``torch.Tensor.abs = ...``, the grader's own functions),
-  or that inspects the interpreter (``gc.get_objects``, ``sys._getframe``, ``inspect.stack``).
+  ``solutions/`` (or finds the repository through ``specdec_course.__file__``), or that
+  patches attributes of imported modules (``torch.Tensor.abs = ...``);
+- **tampering** (flagged, and the submission scores 0): code that reaches into the grader
+  (its judge side, which the sandbox does not even hold, or its kernel side's internals,
+  by import, attribute, ``setattr`` or a string naming them), that inspects the interpreter
+  (``gc.get_objects``, ``sys._getframe``, ``inspect.stack``, a traceback's frames), or that
+  runs or imports code built at run time (``exec``, ``eval``, ``import_module(x + y)``). The
+  kernel runs beside such code, so no answer it sends can be told from the student's own.
 
-It is a syntax check, not a proof: code built with ``exec`` or ``getattr`` on computed names
-escapes it, and a correct function may trip it. The gradebook says what was found.
+It is a syntax check, not a proof: ``getattr`` on computed names escapes it, and a correct
+function may trip it. The gradebook says what was found.
 """
 
 from __future__ import annotations
@@ -27,6 +32,19 @@ from dataclasses import dataclass, field
 __all__ = ["Findings", "scan"]
 
 PACKAGE = "specdec_course"
+GRADER = PACKAGE + ".grading"
+# What a notebook may use of the grader: inline feedback and exercise 05's launcher and inputs.
+_GRADER_PUBLIC = {
+    GRADER,
+    f"{GRADER}.check",
+    f"{GRADER}.when_implemented",
+    f"{GRADER}.ex05",
+    f"{GRADER}.ex05.launch_race",
+    f"{GRADER}.ex05.make_race_inputs",
+    f"{GRADER}.ex05.reference_race",
+}
+_FRAME_ATTRS = {"tb_frame", "tb_next", "f_back", "f_globals", "f_locals", "gi_frame", "cr_frame"}
+_DYNAMIC = {"exec", "eval", "compile", "__import__", "importlib.import_module", "import_module"}
 _SOLUTIONS = re.compile(r"(^|[/\\])solutions([/\\]|$)")
 _INTROSPECTION = {
     "gc.get_objects",
@@ -40,6 +58,7 @@ _INTROSPECTION = {
     "sys.settrace",
     "sys.setprofile",
 }
+_CONTAINERS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
 _CLONERS = {
     "functools.partial",
     "functools.wraps",
@@ -56,10 +75,19 @@ class Findings:
 
     forwarders: dict[str, str] = field(default_factory=dict)  # name -> why
     flags: list[str] = field(default_factory=list)
+    tampering: list[str] = field(default_factory=list)  # flags that cost every point
 
     def flag(self, why: str) -> None:
         if why not in self.flags and len(self.flags) < 20:
             self.flags.append(why)
+
+    def tamper(self, why: str) -> None:
+        """A flag for code that reaches for the grader or the interpreter's insides: the
+        kernel runs beside it, so nothing it returns can be told from the student's own
+        work; the submission scores 0 and the instructor decides."""
+        self.flag(why)
+        if why not in self.tampering and len(self.tampering) < 20:
+            self.tampering.append(why)
 
 
 class _Names:
@@ -200,8 +228,49 @@ def _forwarding_value(value: ast.AST, names: _Names) -> str | None:
     return f"is built from the package's {refs[0]}" if refs else None
 
 
+def _grader_flags(node: ast.AST, names: _Names, found: Findings) -> None:
+    """Flags for code that reaches for the grader itself: its judge side (which the sandbox
+    does not hold: importing it fails there, and says so here), its kernel side's agent and
+    probes, or code built at run time (which this scan cannot follow)."""
+    paths: list[str] = []
+    if isinstance(node, (ast.Attribute, ast.Name)):
+        paths = [names.package_ref(node) or ""]
+    elif isinstance(node, ast.Import):
+        paths = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        paths = [f"{node.module}.{a.name}" for a in node.names]
+    for path in paths:
+        if path.startswith(GRADER + ".") and path not in _GRADER_PUBLIC:
+            found.tamper(f"reaches into the grader ({path})")
+    if isinstance(node, ast.Attribute) and node.attr in _FRAME_ATTRS:
+        found.tamper(f"inspects the interpreter (.{node.attr})")
+    if isinstance(node, (ast.Attribute, ast.Name)) and names.dotted(node) == "sys.modules":
+        found.tamper("inspects the interpreter (sys.modules)")
+    if isinstance(node, ast.Name) and node.id == "__builtins__":
+        found.tamper("reaches for the builtins by name (__builtins__)")
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and not isinstance(node.args[1], ast.Constant)
+        and (names.dotted(node.args[0]) or "") in ("builtins", "sys", "importlib")
+    ):
+        found.tamper(f"runs code built at run time (getattr({names.dotted(node.args[0])}, ...))")
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if re.search(r"grading\.(judge|kernel)|_Agent\b|\bprobes\b", node.value):
+            found.tamper("names the grader's internals in a string")
+    if isinstance(node, ast.Call):
+        f = names.dotted(node.func) or (node.func.id if isinstance(node.func, ast.Name) else "")
+        if f in _DYNAMIC and not (
+            node.args and isinstance(node.args[0], ast.Constant) and f not in ("exec", "eval")
+        ):
+            found.flag(f"runs or imports code built at run time ({f})")
+
+
 def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
     for node in ast.walk(tree):
+        _grader_flags(node, names, found)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _SOLUTIONS.search(node.value):
                 found.flag("reads the course's solutions/ folder")
@@ -213,17 +282,22 @@ def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
             for t in targets:
                 if isinstance(t, ast.Attribute):
                     path = names.dotted(t)
-                    if path:
+                    if path and path.startswith(GRADER):
+                        found.tamper(f"patches {path}")
+                    elif path:
                         found.flag(f"patches {path}")
         elif isinstance(node, ast.Call):
             f = names.dotted(node.func) or ""
             if f in ("setattr", "builtins.setattr") or (
                 isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
             ):
-                if node.args and names.dotted(node.args[0]):
-                    found.flag(f"patches {names.dotted(node.args[0])}")
+                path = names.dotted(node.args[0]) if node.args else None
+                if path and path.startswith(GRADER):
+                    found.tamper(f"patches {path}")
+                elif path:
+                    found.flag(f"patches {path}")
             elif f in _INTROSPECTION:
-                found.flag(f"inspects the interpreter ({f})")
+                found.tamper(f"inspects the interpreter ({f})")
             ref = names.package_ref(node.func)
             if ref and ref.startswith(PACKAGE + ".paths"):
                 found.flag("finds the course's files through specdec_course.paths")
@@ -259,8 +333,11 @@ def scan(cells: list[str], needs: set[str] | list[str]) -> Findings:
                     for t in targets:
                         if isinstance(t, ast.Name):
                             bindings[t.id] = ("assign", why)
+                            held = names.refs_in(node.value)
                             if ref:
                                 names.package[t.id] = ref
+                            elif held and isinstance(node.value, _CONTAINERS):
+                                names.package[t.id] = held[0]  # {"f": sampling.f}, [..]
                             else:
                                 names.package.pop(t.id, None)
             _notebook_flags(tree, names, found)

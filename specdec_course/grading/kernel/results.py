@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..stats import format_rate
+from ...stats import format_rate
 
 __all__ = ["HINT_OFFER", "STATUSES", "Case", "CheckResult", "ExerciseReport"]
 

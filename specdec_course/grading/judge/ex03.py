@@ -34,7 +34,7 @@ from specdec_course.train import next_token_probs
 
 from ._support import as_number, as_vector, fmt, random_model
 from .context import case_seed, fresh_cases
-from .core import Case, call, register
+from .core import Case, call, call_inplace, register
 
 ATOL = 1e-5
 # Logits of the check's model reach about 4; float32 reordering moves them by about 1e-6,
@@ -169,12 +169,26 @@ def _diagnose_attention(y, q, K, V, lengths, T_new) -> str:
     return "wrong output (the mask, the scale, or the softmax axis?)"
 
 
+def _like(a, b: torch.Tensor) -> bool:
+    """``a`` is a tensor of ``b``'s shape and dtype (what an in-place output must stay)."""
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+
+
 def _compare_step(label, fn, ref: _Ragged, T_new: int):
     """One step of the student's attention against the package's; ``None`` or the failure."""
     lengths = ref.lengths
     q, k, v, expected = ref.step(T_new)
-    lengths_in = lengths.clone()
-    out = call(label, fn, q, k, v, ref.K, ref.V, lengths_in)
+    out, after = call_inplace(label, fn, q, k, v, ref.K, ref.V, lengths)
+    K_after, V_after, lengths_in = after[3:]
+    if not all(_like(a, b) for a, b in ((K_after, ref.K), (V_after, ref.V))):
+        return Case(
+            label,
+            False,
+            "K and V kept as buffers of their shape and dtype",
+            "K or V replaced",
+            "write the new keys and values into the caller's K and V (in place)",
+        )
+    ref.K, ref.V = K_after, V_after  # the student's buffers, as their code left them
     if not (isinstance(out, tuple) and len(out) == 2):
         return Case(
             label,
@@ -194,7 +208,7 @@ def _compare_step(label, fn, ref: _Ragged, T_new: int):
             fmt(new_lengths),
             "every row grows by the number of new tokens, each from its own length",
         )
-    if not torch.equal(lengths_in, lengths):
+    if not _like(lengths_in, lengths) or not torch.equal(lengths_in, lengths):
         return Case(
             label,
             False,
@@ -232,7 +246,7 @@ def _compare_step(label, fn, ref: _Ragged, T_new: int):
             )
     got = ref.finish(y)
     diff = (got - expected).abs().max().item()
-    if diff > LOGIT_ATOL:
+    if not diff <= LOGIT_ATOL:  # (NaN fails too)
         row = int((got - expected).abs().amax(dim=(1, 2)).argmax())
         return Case(
             label,
@@ -325,9 +339,10 @@ def check_rollback(attend, rollback) -> Iterator[Case]:
             return
         lengths, r = ref.lengths, torch.tensor(rejected)
         K_before, V_before = ref.K.clone(), ref.V.clone()
-        lengths_in, r_in = lengths.clone(), r.clone()
         label = f"{name}: rollback(K, V, {_lengths_text(lengths)}, {_lengths_text(r)})"
-        got = as_vector(call(label, rollback, ref.K, ref.V, lengths_in, r_in))
+        raw, after = call_inplace(label, rollback, ref.K, ref.V, lengths, r)
+        got = as_vector(raw)
+        K_after, V_after, lengths_in, r_in = after
         want = lengths - r
         if got is None or got.shape != want.shape or not torch.equal(got, want.double()):
             msg = "the new lengths are wrong"
@@ -340,7 +355,12 @@ def check_rollback(attend, rollback) -> Iterator[Case]:
                     msg = "a rollback shortens each row by what it rejected; yours grew"
             yield Case(label, False, f"new lengths {_lengths_text(want)}", fmt(got), msg)
             return
-        if not (torch.equal(lengths_in, lengths) and torch.equal(r_in, r)):
+        if not (
+            _like(lengths_in, lengths)
+            and _like(r_in, r)
+            and torch.equal(lengths_in, lengths)
+            and torch.equal(r_in, r)
+        ):
             yield Case(
                 label,
                 False,
@@ -349,7 +369,12 @@ def check_rollback(attend, rollback) -> Iterator[Case]:
                 "your rollback changed the caller's lengths or num_rejected; return new lengths",
             )
             return
-        if not (torch.equal(ref.K, K_before) and torch.equal(ref.V, V_before)):
+        if not (
+            _like(K_after, K_before)
+            and _like(V_after, V_before)
+            and torch.equal(K_after, K_before)
+            and torch.equal(V_after, V_before)
+        ):
             yield Case(
                 label,
                 False,

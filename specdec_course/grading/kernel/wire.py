@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import StudentError
+
 __all__ = [
     "MAX_FRAME",
     "Opaque",
@@ -342,18 +344,40 @@ def decode(
 # --------------------------------------------------------------------------- frames
 
 
-def write_frame(fd: int, header: dict, blobs: list[bytes] = ()) -> None:
-    """Send one frame on file descriptor ``fd`` (blocking). Raises ``OSError`` on a closed
-    pipe and :class:`WireError` for a frame over ``MAX_FRAME``."""
+def write_frame(
+    fd: int, header: dict, blobs: list[bytes] = (), deadline: float | None = None
+) -> None:
+    """Send one frame on file descriptor ``fd``.
+
+    ``deadline`` (a ``time.monotonic()`` value) bounds the wait for the other side to read
+    it: ``TimeoutError`` after it (a kernel that reads a frame's header and stops reading
+    must not hold the judge). Raises ``OSError`` on a closed pipe and :class:`WireError` for
+    a frame over ``MAX_FRAME``."""
     head = json.dumps(header, allow_nan=False, separators=(",", ":")).encode()
     total = 4 + len(head) + sum(len(b) for b in blobs)
     if total > MAX_FRAME:
         raise WireError(f"frame too large ({total} bytes)")
     data = b"".join([_HEAD.pack(total, len(head)), head, *blobs])
     view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    if deadline is None:
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        return
+    blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                raise TimeoutError("the other side did not read in time")
+            try:
+                n = os.write(fd, view[: 1 << 16])
+            except BlockingIOError:
+                continue
+            view = view[n:]
+    finally:
+        os.set_blocking(fd, blocking)
 
 
 def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
@@ -473,7 +497,5 @@ def rebuild_error(info: dict) -> BaseException:
     exc._specdec_where = str(info.get("where", ""))[:300]
     case = info.get("case")
     if isinstance(case, str) and not isinstance(exc, NotImplementedError):
-        from .core import StudentError
-
         return StudentError(case, exc)
     return exc

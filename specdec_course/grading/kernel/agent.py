@@ -7,8 +7,9 @@ every answer as something the student's code produced, validates it, and decides
 verdict itself.
 
 Requests (:mod:`.wire` frames): ``hello`` (limits), ``cell`` (run code with a time limit),
-``describe`` (what the needed names are), ``call`` (a student function, or a probe from
-``specdec_course.grading`` applied to student objects, on arguments the judge chose), ``bye``.
+``describe`` (what the needed names are), ``call`` (a student function, or a probe of
+:mod:`.probes` applied to student objects, on arguments the judge chose), ``bye``. Nothing
+the call does to its arguments goes back, unless the judge asks for them as output.
 While a call runs, the judge's objects that it passed (models, caches, callbacks) are
 :class:`JudgeRef` stand-ins whose use goes back to the judge as a ``cb`` request.
 """
@@ -16,7 +17,6 @@ While a call runs, the judge's objects that it passed (models, caches, callbacks
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import random
 import re
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from . import wire
+from .probes import PROBES
 
 
 class _Timeout(BaseException):
@@ -268,15 +269,9 @@ class _Agent:
         signal.signal(signal.SIGALRM, _on_alarm)
         signal.setitimer(signal.ITIMER_REAL, max(0.01, float(h.get("timeout", 60))))
         try:
-            (args, kwargs), objects = self.decode(h.get("value"), blob)
-            before = [o.clone() if isinstance(o, torch.Tensor) else None for o in objects]
+            (args, kwargs), _ = self.decode(h.get("value"), blob)
             if "probe" in target:
-                module, _, qualname = str(target["probe"]).partition(":")
-                if not module.startswith("specdec_course.grading."):
-                    raise ValueError(f"not a probe: {module}")
-                fn = importlib.import_module(module)
-                for part in qualname.split("."):
-                    fn = getattr(fn, part)
+                fn = PROBES[str(target["probe"])]
             else:
                 fn = self.shell.user_ns[target["name"]]
             repeat = h.get("repeat")
@@ -284,11 +279,9 @@ class _Agent:
                 value = fn(*args, **kwargs)
             else:
                 value = [fn(*args, **kwargs) for _ in range(int(repeat))]
-            back = []
-            for i, (o, b) in enumerate(zip(objects, before)):
-                if b is None or o.shape != b.shape or o.dtype != b.dtype or not torch.equal(o, b):
-                    back.append([i, o])  # changed in place (generators: always)
-            reply_value = [value, back]
+            # The arguments as the call left them, only where the check reads in-place output
+            # (ex03's K and V): the judge takes them as output, never into its own values.
+            reply_value = [value, list(args) if h.get("inplace") else None]
         except _Timeout:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._after()

@@ -4,6 +4,7 @@ build small random models."""
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -13,8 +14,8 @@ import torch
 
 from specdec_course.model import CharGPT, GPTConfig
 
+from ..kernel.results import Case
 from . import context
-from .results import Case
 
 
 def fmt(x: Any, digits: int = 4, limit: int = 8) -> str:
@@ -93,6 +94,49 @@ def random_model(cfg: GPTConfig, seed: int, scale: float, *, frozen: bool = Fals
     if frozen:
         m.requires_grad_(False)
     return m
+
+
+# The statistical cases of one check, taken together (their chi-square statistics add up, as
+# do their degrees of freedom), fit this improbably well only when the outcomes were emitted
+# in the law's proportions (a function counting its calls), not drawn.
+TOO_GOOD_RATE = 1e-8
+
+
+class FitLog:
+    """The chi-square results of one check's statistical cases, for :meth:`case`."""
+
+    def __init__(self):
+        self.results: list = []
+
+    def add(self, r):
+        self.results.append(r)
+        return r
+
+    def case(self) -> Case:
+        """A case that fails when the check's results, together, fit better than honest
+        sampling does with probability :data:`TOO_GOOD_RATE` (the lower tail of the summed
+        statistic). Repeated calls of one function object can share state, so this is what
+        tells a sampler from a counter; its false-failure rate is that rate."""
+        from scipy import stats as sps
+
+        rs = [r for r in self.results if r.df > 0 and math.isfinite(r.statistic)]
+        df = sum(r.df for r in rs)
+        stat = sum(r.statistic for r in rs)
+        if df == 0:
+            return Case("the samples, together, fit as samples do", True)
+        floor = float(sps.chi2.ppf(TOO_GOOD_RATE, df))
+        ok = stat >= floor
+        return Case(
+            "the samples, together, fit as samples do",
+            ok,
+            expected=f"chi-square summed over the cases >= {floor:.3g} ({df} df)",
+            got=f"{stat:.3g}",
+            message=""
+            if ok
+            else "the outcomes follow the law more closely than sampling ever does: each call "
+            "must draw its outcome afresh, not keep count across calls",
+            false_failure_rate=TOO_GOOD_RATE,
+        )
 
 
 def first_wrong(name: str, cases: Iterable[Case]) -> Case:

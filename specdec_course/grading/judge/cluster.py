@@ -31,7 +31,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait as _wait_conns
 from typing import Any
 
-from .. import __version__
+from ... import __version__
 from . import sandbox
 from .jobs import Job, SubmissionResult
 from .worker import Judge, orphans

@@ -54,7 +54,7 @@ def _rollback_case(label, fn, target, prefix, drafts, a) -> Case:
         nxt = target(t[None], cache)[0, -1]
     fresh = _next_logits(target, torch.cat([keep, t]))
     diff = (nxt - fresh).abs().max().item()
-    if diff > ATOL:
+    if not diff <= ATOL:  # (NaN fails too)
         return Case(
             label,
             False,

@@ -1,7 +1,7 @@
 """The judge process: a worker that grades one submission after another, and its handle.
 
 A :class:`Judge` is the parent's handle on one worker process (``python -m
-specdec_course.grading.worker FD``), started in its own process group with one end of a
+specdec_course.grading.judge.worker FD``), started in its own process group with one end of a
 socket pair. The parent sends it jobs (``("job", Job as a dict)``); the worker answers each
 with ``("result", SubmissionResult as a dict)`` and ends on ``("stop", None)`` or when the
 socket closes. The local pool (:mod:`.runner`) keeps several judges; a Dask task
@@ -24,13 +24,15 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ..kernel.results import CheckResult
 from .jobs import Job, SubmissionResult
 from .sandbox import Plan, descendants, remove_cgroups, set_subreaper
+from .submission import grade_submission
 
 __all__ = ["Judge", "grade_job", "orphans", "worker_main"]
 
@@ -41,12 +43,28 @@ _FD_VAR = "SPECDEC_JUDGE_FD"
 STARTUP_GRACE_S = 120.0
 
 
-def grade_job(job: Job, plan: Plan, seq: int) -> SubmissionResult:
-    """Grade ``job`` in kernels under ``plan``; a grader bug becomes a "crashed" result."""
-    from .judge import grade_submission
+# The judge's own memory (its data segment: heap and anonymous maps), whatever a kernel asks
+# of it: far above an honest check's need (the budgets of :mod:`.exposure` keep it so); past
+# it the check in hand fails with a MemoryError, and the judge goes on.
+JUDGE_MEMORY_MB = 4096
 
+
+def limit_memory(mb: int) -> None:
+    """Cap this process's data segment at ``mb`` MiB (soft limit; its kernels lift it)."""
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        cap = mb * 2**20
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+
+
+def grade_job(job: Job, plan: Plan, seq: int, on_check=None) -> SubmissionResult:
+    """Grade ``job`` in kernels under ``plan``; a grader bug becomes a "crashed" result."""
     try:
-        return grade_submission(job, plan, seq)
+        return grade_submission(job, plan, seq, on_check)
     except BaseException as e:  # noqa: BLE001 - always answer the parent
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -71,6 +89,7 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
     set_subreaper()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
+    limit_memory(JUDGE_MEMORY_MB)
     import torch
 
     torch.set_num_threads(1)  # the judge's share of the cores; the kernels have theirs
@@ -84,7 +103,12 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
         if kind != "job":
             return
         seq += 1
-        res = grade_job(Job.from_dict(payload), plan, seq)
+
+        def judged(check) -> None:  # each check as soon as it is judged
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(("check", check.to_dict()))
+
+        res = grade_job(Job.from_dict(payload), plan, seq, judged)
         try:
             conn.send(("result", res.to_dict()))
         except (OSError, ValueError):
@@ -102,6 +126,7 @@ class Judge:
     start: float = 0.0
     deadline: float = math.inf
     dead: bool = False
+    judged: dict[str, CheckResult] = field(default_factory=dict)  # checks already judged
 
     @classmethod
     def spawn(cls, plan: Plan) -> Judge:
@@ -114,7 +139,7 @@ class Judge:
         env[_FD_VAR] = str(child.fileno())  # the judge's end of the socket pair
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "specdec_course.grading.worker"],
+                [sys.executable, "-m", "specdec_course.grading.judge.worker"],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(child.fileno(),),
                 env=env,
@@ -132,6 +157,7 @@ class Judge:
     def send(self, job: Job, index: int | None = None) -> None:
         """Hand the worker ``job``; its hard deadline starts now."""
         self.index, self.job, self.start = index, job, time.monotonic()
+        self.judged = {}
         self.deadline = self.start + job.deadline_s + STARTUP_GRACE_S
         self.conn.send(("job", job.to_dict()))
 
@@ -152,6 +178,12 @@ class Judge:
                 return self.lost("crashed", "the grading worker died (out of memory?)"), True
             except Exception as e:  # noqa: BLE001 - an unpicklable message
                 return self.lost("crashed", f"the grader got a malformed result ({e})"), True
+            if kind == "check":  # one check judged; the rest of the submission goes on
+                try:
+                    self._keep(CheckResult.from_dict(payload))
+                except (ValueError, TypeError, KeyError) as e:
+                    return self.lost("crashed", f"the grader got a malformed result ({e})"), True
+                return None, False
             if kind != "result":
                 return self.lost("crashed", "the grading worker sent nothing usable"), True
             try:
@@ -163,13 +195,21 @@ class Judge:
             return self.lost("timeout", message), True
         return None, False
 
+    def _keep(self, check: CheckResult) -> None:
+        known = {cid: points for cid, _, points, _ in self.job.checks}
+        if check.id not in known or not 0 <= check.points <= known[check.id]:
+            raise ValueError(f"a result for no check of this job ({check.id!r})")
+        self.judged[check.id] = check
+
     def lost(self, status: str, message: str) -> SubmissionResult:
-        """The result of the job in hand when the worker was lost: 0 points, the reason."""
+        """The result of the job in hand when the worker was lost: the checks it had judged
+        already, and 0 points with the reason for the others."""
         job = self.job
+        checks = [self.judged.get(c.id, c) for c in job.failed_checks(status, message)]
         return SubmissionResult(
             job.file,
             job.exercise,
-            job.failed_checks(status, message),
+            checks,
             [message, "the grading worker was lost"],
             time.monotonic() - self.start,
             seed=job.seed,

@@ -1,4 +1,4 @@
-"""The check registry, the check runner and inline feedback.
+"""The check registry and the check runner (judge side: never in the sandbox).
 
 A *check* is a generator function registered under an id ``"exNN.name"``. It receives the
 student's object(s), calls them through :func:`call`, and yields one :class:`Case` per thing
@@ -6,7 +6,8 @@ it verified. The runner turns the cases into a :class:`CheckResult`: full points
 case passed, 0 otherwise (one wrong case means the function is wrong; partial credit would
 reward code that is right only on easy inputs).
 
-Nothing here imports torch; the exercise modules do, when they are loaded.
+Nothing here imports torch; the exercise modules do, when they are loaded. Inline feedback
+(:func:`specdec_course.grading.check`) uses this module in the notebook's own process.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..kernel.results import STATUSES, Case, CheckResult, ExerciseReport
 from . import context
-from .results import STATUSES, Case, CheckResult, ExerciseReport
+from .errors import CheckTimeout, KernelLost, StudentError
 
 __all__ = [
     "Case",
@@ -36,25 +38,17 @@ __all__ = [
     "ExerciseReport",
     "StudentError",
     "call",
+    "call_inplace",
     "call_repeat",
-    "check",
+    "CheckTimeout",
     "KernelLost",
     "checks_for",
     "exercises",
     "grade_namespace",
     "register",
     "run_check",
-    "when_implemented",
-    "BATCH_ENV",
     "STATUSES",
 ]
-
-# Set by the batch grader in the kernels it starts: the notebook's own `check(...)` cells then
-# print one line instead of grading (the grader grades once, at the end, by name).
-BATCH_ENV = "SPECDEC_COURSE_BATCH"
-
-# What inline feedback says about its cases (the batch grader's are drawn fresh each run).
-INLINE_NOTE = "(inline check, on the visible cases; the batch grader draws fresh ones)"
 
 _ID_RE = re.compile(r"^(ex\d{2,})\.([a-z_][a-z0-9_]*)$")
 _EX_RE = re.compile(r"^ex\d{2,}$")
@@ -124,10 +118,9 @@ def register(
 
 
 def exercises() -> list[str]:
-    """The exercise ids that have a module in ``specdec_course.grading`` (``['ex01', ...]``)."""
-    from specdec_course import grading
-
-    return sorted(m.name for m in pkgutil.iter_modules(grading.__path__) if _EX_RE.match(m.name))
+    """The exercise ids that have a module in the judge side (``['ex01', ...]``)."""
+    here = [os.path.dirname(os.path.abspath(__file__))]
+    return sorted(m.name for m in pkgutil.iter_modules(here) if _EX_RE.match(m.name))
 
 
 def _load(exercise: str) -> None:
@@ -135,7 +128,7 @@ def _load(exercise: str) -> None:
         raise ValueError(
             f"unknown exercise {exercise!r}; known exercises are {', '.join(exercises())}"
         )
-    importlib.import_module(f"specdec_course.grading.{exercise}")
+    importlib.import_module(f"{__package__}.{exercise}")
 
 
 def checks_for(exercise: str) -> list[CheckSpec]:
@@ -161,61 +154,72 @@ def _spec(check_id: str) -> CheckSpec:
 # --------------------------------------------------------------------------- running
 
 
-class StudentError(Exception):
-    """Student code raised while a check called it; carries the case and the exception."""
-
-    def __init__(self, case: str, exc: BaseException):
-        super().__init__(case, exc)
-        self.case = case
-        self.exc = exc
-
-
-class CheckTimeout(BaseException):
-    # BaseException, so a student's `except Exception:` cannot swallow it.
-    pass
-
-
-class KernelLost(BaseException):
-    """The kernel running the student's code was lost during a check (raised by sessions:
-    :class:`.session.KernelGone` is one); ``status`` is "crashed" or "timeout"."""
-
-    why: str = ""
-    status: str = "crashed"
-
-
 def _is_remote(x: Any) -> bool:
     return getattr(x, "_sd_session", None) is not None
+
+
+def _remote_among(func: Any, args: tuple, kwargs: dict) -> Any:
+    for x in (func, *args, *kwargs.values()):
+        if _is_remote(x):
+            return x
+    return None
 
 
 def call(case: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call student code for the case named ``case``; wrap anything it raises.
 
-    ``NotImplementedError`` passes through unchanged (the runner reports "not attempted");
-    every other exception becomes a :class:`StudentError` naming the case. Under the batch
-    grader the student's objects live in a kernel (:mod:`.remote`): a call to one runs there,
-    and so does a grading function called with one among its arguments (a probe).
+    The student's code gets copies of the tensors and generators among the arguments (in a
+    kernel, it never had anything else): what it does to them never reaches the check's
+    values. ``NotImplementedError`` passes through unchanged (the runner reports "not
+    attempted"); every other exception becomes a :class:`StudentError` naming the case.
+    Under the batch grader the student's objects live in a kernel (:mod:`.remote`): a call to
+    one runs there, and so does a probe called with one among its arguments.
     """
-    return _call(case, func, args, kwargs, None)
+    return _call(case, func, args, kwargs, None, False)
+
+
+def call_inplace(case: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple:
+    """:func:`call`, returning ``(value, args)``: also the positional arguments as the call
+    left them (the copies it was given), for a function whose output is written into its
+    arguments. The check's own objects stay as they were."""
+    return _call(case, func, args, kwargs, None, True)
 
 
 def call_repeat(case: str, n: int, func: Callable[..., Any], *args: Any, **kwargs: Any) -> list:
     """``[func(*args, **kwargs) for _ in range(n)]``, as :func:`call` does one call.
 
-    The same argument objects serve every call, as in a loop; under the batch grader the
-    loop runs in the kernel, in one round trip.
+    The same argument objects (copies of the check's) serve every call, as in a loop; under
+    the batch grader the loop runs in the kernel, in one round trip.
     """
-    return _call(case, func, args, kwargs, int(n))
+    return _call(case, func, args, kwargs, int(n), False)
 
 
-def _call(case: str, func: Callable[..., Any], args: tuple, kwargs: dict, repeat: int | None):
+def _copy(x: Any) -> Any:
+    # What a kernel would receive: tensors and generators copied, anything else as it is.
+    import torch  # (loaded whenever a check passes a tensor)
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, torch.Generator):
+        return torch.Generator(x.device).set_state(x.get_state())
+    return x
+
+
+def _call(
+    case: str, func: Callable[..., Any], args: tuple, kwargs: dict, repeat: int | None, inplace
+):
     try:
-        if _is_remote(func) or any(_is_remote(a) for a in (*args, *kwargs.values())):
-            from .remote import remote_call
-
-            return remote_call(func, args, kwargs, repeat)
+        remote = _remote_among(func, args, kwargs)
+        if remote is not None:  # a student object in a kernel: the call runs there
+            return remote._sd_call(func, args, kwargs, repeat, inplace)
+        if "torch" in sys.modules:
+            args = tuple(_copy(a) for a in args)
+            kwargs = {k: _copy(v) for k, v in kwargs.items()}
         if repeat is None:
-            return func(*args, **kwargs)
-        return [func(*args, **kwargs) for _ in range(repeat)]
+            value = func(*args, **kwargs)
+        else:
+            value = [func(*args, **kwargs) for _ in range(repeat)]
+        return (value, args) if inplace else value
     except (NotImplementedError, CheckTimeout, KernelLost, StudentError):
         raise  # (a StudentError: a probe's call of student code, with its own case)
     except Exception as e:  # the student's bug, reported with the case that triggered it
@@ -411,49 +415,3 @@ def grade_namespace(
 def _from_package(obj: Any) -> bool:
     module = getattr(obj, "__module__", None)
     return isinstance(module, str) and module.split(".")[0] == "specdec_course"
-
-
-def check(check_id: str, *objs: Any, hint: bool = False, time_limit: float | None = 60.0) -> None:
-    """Inline feedback in a notebook: grade and print a short report.
-
-    ``check("ex01.residual_distribution", residual_distribution)`` runs one check on your
-    function; ``check("ex01", globals())`` runs every check of the exercise on the functions
-    your notebook defines and prints the score table. A failure shows what went wrong (the
-    first failing case, expected against got, and what the difference probably means);
-    ``hint=True`` adds the fuller hint, which points at the idea and never at the code.
-    Never raises: a stub that raises ``NotImplementedError`` is reported as "not attempted"
-    with 0 points, and any other problem is printed. Returns ``None`` (so that a notebook
-    shows the report once); use :func:`run_check` or :func:`grade_namespace` for the result
-    objects.
-    """
-    try:
-        if os.environ.get(BATCH_ENV):
-            print(f"{check_id}: graded by the batch grader at the end of the notebook")
-            return None
-        if isinstance(check_id, str) and _EX_RE.match(check_id):
-            if len(objs) != 1 or not isinstance(objs[0], Mapping):
-                raise ValueError(
-                    f"check({check_id!r}, ...) grades a whole exercise and needs your "
-                    "namespace: call check('%s', globals())" % check_id
-                )
-            report: Any = grade_namespace(check_id, objs[0], time_limit=time_limit, quiet=False)
-        else:
-            report = run_check(check_id, *objs, time_limit=time_limit)
-        print(report.report(hint=bool(hint)))
-        print(INLINE_NOTE)
-    except Exception as e:  # noqa: BLE001 - inline feedback must never stop a notebook
-        print(f"check could not run: {_short(e)}", file=sys.stdout)
-
-
-@contextlib.contextmanager
-def when_implemented(what: str = "this cell") -> Iterator[None]:
-    """Run a cell's body only as far as your functions are implemented.
-
-    ``with when_implemented("the plot"): ...`` stops the body quietly at the first
-    ``NotImplementedError`` (a stub not yet replaced) and prints that it was skipped, so an
-    untouched exercise notebook runs end to end. Every other exception passes through.
-    """
-    try:
-        yield
-    except NotImplementedError as e:
-        print(f"skipped {what}: {e or 'a function is not implemented yet'}")

@@ -1,0 +1,146 @@
+"""Cgroups for the sandbox: one per kernel, capping the memory and the processes of all of a
+submission's processes together (v2, else v1 memory + pids), and the killing of what is in
+one. Split from :mod:`.sandbox`, which uses them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+__all__ = ["CGroup", "kill_pids"]
+
+
+class CGroup:
+    """A cgroup (v2, else v1 memory + pids) capping memory and processes of one kernel."""
+
+    def __init__(self, dirs: list[Path]):
+        self.dirs = dirs
+
+    @staticmethod
+    def _mounts() -> tuple[Path | None, dict[str, Path]]:
+        v2, v1 = None, {}
+        with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fstype, _, opts = (right.split() + ["", "", ""])[:3]
+                mount = Path(left.split()[4])
+                if fstype == "cgroup2":
+                    v2 = mount
+                elif fstype == "cgroup":
+                    for ctl in ("memory", "pids"):
+                        if ctl in opts.split(","):
+                            v1[ctl] = mount
+        return v2, v1
+
+    @staticmethod
+    def _own(controller: str) -> str:
+        with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctls, path = line.rstrip("\n").split(":", 2)
+                if (controller == "" and ctls == "") or controller in ctls.split(","):
+                    return path.lstrip("/")
+        return ""
+
+    @classmethod
+    def create(cls, tag: str, memory_bytes: int, pids_max: int) -> CGroup | None:
+        """A new cgroup named ``tag`` with those limits, or ``None`` where none can be made."""
+        v2, v1 = cls._mounts()
+        if v2 is not None:
+            d = v2 / cls._own("") / tag
+            try:
+                d.mkdir()
+            except OSError:
+                d = None
+            if d is not None:
+                if (d / "memory.max").exists() and (d / "pids.max").exists():
+                    try:
+                        (d / "memory.max").write_text(str(memory_bytes))
+                        (d / "pids.max").write_text(str(pids_max))
+                        with contextlib.suppress(OSError):
+                            (d / "memory.swap.max").write_text("0")
+                        return cls([d])
+                    except OSError:
+                        pass
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+        if "memory" in v1 and "pids" in v1:
+            dirs = []
+            try:
+                for ctl in ("memory", "pids"):
+                    d = v1[ctl] / cls._own(ctl) / tag
+                    d.mkdir()
+                    dirs.append(d)
+                mem = dirs[0]
+                (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):
+                    (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+                (dirs[1] / "pids.max").write_text(str(pids_max))
+                return cls(dirs)
+            except OSError:
+                cls(dirs).remove()
+        return None
+
+    @classmethod
+    def available(cls) -> CGroup | None:
+        cg = cls.create(f"specdec-probe-{os.getpid()}", 2**30, 64)
+        if cg is not None:
+            cg.remove()
+        return cg
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (run in the child before exec)."""
+        for d in self.dirs:
+            with open(d / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL everything in the cgroup, until it is empty (about a second at most)."""
+        for _ in range(100):
+            pids = self.pids()
+            if not pids:
+                return
+            kill_pids(pids)
+            time.sleep(0.01)
+
+    @classmethod
+    def named(cls, prefix: str) -> list[CGroup]:
+        """The cgroups (one per kernel) whose names start with ``prefix``, left by a judge
+        that was killed before it could remove them."""
+        v2, v1 = cls._mounts()
+        parents = []
+        if v2 is not None:
+            parents.append(v2 / cls._own(""))
+        parents += [v1[c] / cls._own(c) for c in ("memory", "pids") if c in v1]
+        out = []
+        for parent in parents:
+            with contextlib.suppress(OSError):
+                out += [cls([d]) for d in parent.iterdir() if d.name.startswith(prefix)]
+        return out
+
+    def remove(self) -> None:
+        self.kill()
+        for d in reversed(self.dirs):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def kill_pids(pids) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.kill(p, signal.SIGKILL)

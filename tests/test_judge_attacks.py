@@ -1,0 +1,172 @@
+"""Attacks on the checks themselves, run inline (fast; the sandboxed ones are in
+tests/test_judge_sandbox.py): each earns only what its honest part earns.
+
+- statistical checks: a function that keeps count across repeated calls and emits outcomes
+  in the exact law's proportions (a low-discrepancy sequence) fails as too good to be true;
+- ex04: k + 1 target calls through ``target.forward`` (which skips forward hooks) or through
+  ``decode_hidden`` are counted as k + 1 calls;
+- ex05: a Python object with a ``[grid]`` that computes the answer is not a Triton kernel;
+- ex06: a head that zeroes its input in place is judged on the judge's own input;
+- the judge's generators and tensors are copies away from the student's code: reseeding or
+  zeroing them changes nothing the check computes.
+
+Fixed seeds throughout; the honest counterparts pass at the checks' stated false-failure
+rates (tests/test_grading_ex*.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from test_grading_ex04 import _step, commit_tokens
+from test_grading_ex06 import MedusaHead
+
+from specdec_course.grading import call, run_check
+from specdec_course.grading.judge.context import grading_seed
+from specdec_course.grading.judge.ex01 import _joint_law
+from specdec_course.grading.judge.ex07 import V, exact_law
+
+PHI = 0.6180339887498949
+
+
+def _emit(law: torch.Tensor, k: int) -> int:
+    """The ``k``-th outcome of a low-discrepancy walk through ``law``'s quantiles."""
+    u = torch.tensor((k * PHI + 0.5) % 1.0, dtype=torch.float64)
+    return min(int(torch.searchsorted(law.double().cumsum(0), u)), law.numel() - 1)
+
+
+def _counting(key_of, outcome_of):
+    seen: dict = {}
+
+    def fn(*args, **kwargs):
+        key = key_of(*args)
+        seen[key] = seen.get(key, -1) + 1
+        return outcome_of(seen[key], *args)
+
+    return fn
+
+
+def test_a_sampler_that_counts_its_calls_is_too_good_to_be_true():
+    def outcome(k, p, q):
+        i = _emit(_joint_law(p, q), k)
+        return i % len(p), i < len(p)
+
+    fn = _counting(lambda p, q: (p.numpy().tobytes(), q.numpy().tobytes()), outcome)
+    res = run_check("ex01.speculative_sample", fn, quiet=True)
+    assert res.status == "failed" and res.points == 0
+    assert "more closely than sampling" in res.message
+
+
+def _path_to(node: int, children) -> list[int]:
+    parent = {c: i for i, kids in enumerate(children) for c in kids}
+    path = []
+    while node != 0:
+        path.append(node)
+        node = parent[node]
+    return path[::-1]
+
+
+def test_a_tree_walk_that_counts_its_calls_is_too_good_to_be_true():
+    def outcome(k, probs, tokens, children):
+        i = _emit(exact_law(probs, tokens, children).flatten(), k)
+        return _path_to(i // V, children), i % V
+
+    for check_id in ("ex07.walk_one_level", "ex07.walk_tree"):
+        fn = _counting(lambda p, t, c: (p.numpy().tobytes(), str(c)), outcome)
+        res = run_check(check_id, fn, quiet=True)
+        assert res.status == "failed" and res.points == 0, check_id
+        if check_id == "ex07.walk_one_level":  # (the tree check's greedy case fails first)
+            assert "more closely than sampling" in res.message
+
+
+def _one_call_per_token(entry):
+    """A speculative step that scores k + 1 tokens with k + 1 target calls through
+    ``entry(target)`` (not ``target(...)``, which a forward hook would see)."""
+    honest = _step(commit_tokens)
+
+    def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
+        def sneaky_verify(d, q, p):
+            # Re-score every token one by one through the other entry (the honest call
+            # above already fed the cache; the copies start from the same length).
+            n = target_cache.length
+            target_cache.crop(n - k - 1)
+            for t in torch.cat([ids[-1:], d[0]]):
+                entry(target)(t[None, None], target_cache)
+            return verify(d, q, p)
+
+        return honest(target, draft, ids, target_cache, draft_cache, k, sneaky_verify, generator)
+
+    return speculative_step
+
+
+def test_target_calls_are_counted_whatever_the_entry():
+    for entry in (lambda m: m.forward, lambda m: m.decode_hidden):
+        res = run_check("ex04.speculative_step", _one_call_per_token(entry), quiet=True)
+        assert res.status == "failed" and res.points == 0
+        assert "target" in res.message and "call" in res.message, res.message
+
+
+def test_a_python_object_with_a_grid_is_not_a_triton_kernel():
+    from specdec_course.grading.judge.ex05 import reference_race
+
+    class Fake:  # callable and subscriptable, as a JITFunction is
+        def __call__(self, *args, **kwargs):
+            raise TypeError("launch me with a grid")
+
+        def __getitem__(self, grid):
+            def launch(token, pos, p, q, e, K, V, BLOCK_V):
+                token.copy_(reference_race(pos, p, q, e))
+
+            return launch
+
+    for check_id in ("ex05.race_one_tile", "ex05.race_tiles"):
+        res = run_check(check_id, Fake(), quiet=True)
+        assert res.status == "error" and res.points == 0
+        assert "Triton kernel" in res.message
+
+
+class ZeroesItsInput(MedusaHead):
+    def forward(self, h):
+        h.zero_()  # the judge's input, were it not a copy: its expected value would be 0
+        return super().forward(h)
+
+
+def test_a_head_that_zeroes_its_input_is_judged_on_the_judges_input():
+    res = run_check("ex06.medusa_head", ZeroesItsInput, quiet=True)
+    assert res.status == "failed" and res.points == 0
+    assert "fresh head" in res.message or "forward" in res.message
+
+
+def test_a_forged_head_report_earns_nothing(monkeypatch):
+    # The probe replaced (in a kernel: by code the scan cannot follow) with one that reports
+    # a well-formed head and outputs computed without one: the judge loads its own weights
+    # and compares with its own head, so only a real head's output passes.
+    from specdec_course.grading.judge import ex06
+
+    def forged(cls, w, n_layers, h, weights):
+        C, V = w.shape[1], w.shape[0]
+        return {
+            "module": True, "type": "MedusaHead", "layers": ("ModuleList", "Linear"),
+            "shapes": (tuple((((C, C), True),) * n_layers), ((V, C), True)),
+            "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
+            "random": h @ weights[1].T,  # lm_head alone: the blocks skipped
+        }  # fmt: skip
+
+    monkeypatch.setattr(ex06, "load_head", forged)
+    res = run_check("ex06.medusa_head", MedusaHead, quiet=True)
+    assert res.status == "failed" and res.points == 0
+    assert "random weights" in res.message or "block" in res.message
+
+
+def test_what_student_code_does_to_its_arguments_stays_with_it():
+    g = torch.Generator().manual_seed(7)
+    x = torch.ones(3)
+    state = g.get_state()
+
+    def vandal(x, generator):
+        x.zero_()
+        generator.manual_seed(0)
+        return torch.rand(1, generator=generator)
+
+    with grading_seed(1):
+        call("vandal", vandal, x, generator=g)
+    assert torch.equal(x, torch.ones(3)) and torch.equal(g.get_state(), state)

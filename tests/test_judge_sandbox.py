@@ -1,0 +1,181 @@
+"""The attacks of issue 27 that need a kernel, through the real ``specdec-course grade``
+(bubblewrap, a cgroup where one can be made), in one run: each earns only what its honest
+part earns, is flagged where it copies or tampers, and harms no classmate.
+
+- the references are not in the sandbox: importing one, by the public path or the judge's,
+  fails there (and is flagged); the judge side's folder is empty and read-only;
+- a probe replaced in the kernel (a forged report of a stub head, by code the scan cannot
+  follow) gets nothing: the judge loads its own weights and compares with its own head;
+- a head that zeroes its input is judged on the judge's own input;
+- four cells that kill the kernel after correct functions cost nothing;
+- ``target.new_cache(65536)`` costs its own check only, and the judge survives it;
+- a symbolic link to ``solutions/`` is refused; a solved ex08 named ``*_ex01`` is graded as
+  ex01 and flagged.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import csv
+import io
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+
+from specdec_course import cli
+from specdec_course.grading.judge import sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_BWRAP = sandbox.plan("weak").mode == "bwrap"
+MODE = "auto" if sandbox.CGroup.available() is not None else "weak"
+
+pytestmark = pytest.mark.skipif(
+    not HAS_BWRAP, reason="bubblewrap cannot run here (apt-get install bubblewrap)"
+)
+
+PROBE_JUDGE_SIDE = """
+import os, specdec_course
+judge = os.path.join(os.path.dirname(specdec_course.__file__), "grading", "judge")
+assert os.listdir(judge) == [], os.listdir(judge)
+try:
+    open(os.path.join(judge, "x.py"), "w")
+    raise AssertionError("wrote into the judge side's folder")
+except OSError:
+    pass
+"""
+
+IMPORT_REFERENCE = """
+def next_k(*args, **kwargs):
+    from specdec_course.grading.judge.ex08 import reference_next_k as _nk
+    return _nk(*args, **kwargs)
+def alpha_estimate(*args, **kwargs):
+    from specdec_course.grading.ex08 import reference_alpha_estimate as _a
+    return _a(*args, **kwargs)
+"""
+
+# Replaces the head probe in the kernel with one that reports a correct-looking head built
+# by the untouched stub; written so that the source scan cannot follow it.
+_FORGE = """
+import sys, torch
+probes = sys.modules["specdec_course.grading.kernel.probes"]
+def fake(cls, w, n_layers, h, weights):
+    C, V = w.shape[1], w.shape[0]
+    return {"module": True, "type": "MedusaHead", "layers": ("ModuleList", "Linear"),
+            "shapes": (tuple((((C, C), True),) * n_layers), ((V, C), True)),
+            "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
+            "random": (h @ w.T) * 0}
+probes.PROBES["load_head"] = fake
+"""
+FORGE_PROBE = (
+    "import base64, builtins\n"
+    "run = builtins.__dict__[''.join(['e', 'x', 'e', 'c'])]\n"
+    f"run(base64.b64decode({base64.b64encode(_FORGE.encode()).decode()!r}).decode())\n"
+)
+
+ZERO_INPUT = """
+_Base = MedusaHead
+class MedusaHead(_Base):
+    def forward(self, h):
+        h.zero_()  # the judge's input, were it the judge's: its expected value would be 0
+        return self.lm_head(h)
+"""
+
+KILLER = "import os\nos._exit(1)"
+
+BIG_CACHE = """
+_honest_step = speculative_step
+def speculative_step(target, draft, *args, **kwargs):
+    target.new_cache(65536)  # 3.4 GB in the judge, were it allowed
+    return _honest_step(target, draft, *args, **kwargs)
+"""
+
+# name -> (notebook, extra cells, expected points, expected flag or "")
+ATTACKS = {
+    "classmate_ex01": ("solutions/ex01_residual.ipynb", [], 10, ""),
+    "look_for_the_judge_ex01": (
+        "solutions/ex01_residual.ipynb",
+        [PROBE_JUDGE_SIDE],
+        10,
+        "__file__",
+    ),
+    "import_reference_ex08": ("exercises/ex08_dynamic_k.ipynb", [IMPORT_REFERENCE], 0, "grader"),
+    "forged_probe_ex06": ("exercises/ex06_medusa.ipynb", [FORGE_PROBE], 0, ""),
+    "zero_input_ex06": ("solutions/ex06_medusa.ipynb", [ZERO_INPUT], 7, ""),
+    "killers_ex01": ("solutions/ex01_residual.ipynb", [KILLER] * 4, 10, ""),
+    "big_cache_ex04": ("solutions/ex04_rollback.ipynb", [BIG_CACHE], 6, ""),
+    "wrong_name_ex01": ("solutions/ex08_dynamic_k.ipynb", [], 0, "metadata says ex08"),
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    out = tmp_path_factory.mktemp("out")
+    for name, (base, cells, _, _) in ATTACKS.items():
+        nb = copy.deepcopy(nbformat.read(ROOT / base, as_version=4))
+        nb.cells += [new_code_cell(c) for c in cells]
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    os.symlink(ROOT / "solutions" / "ex01_residual.ipynb", folder / "link_ex01.ipynb")
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        rc = cli.main([
+            "grade", str(folder), "--out", str(out / "grades.csv"), "--workers", "2",
+            "--cell-timeout", "30", "--notebook-timeout", "120", "--memory-mb", "3000",
+            "--seed", "27", "--sandbox", MODE,
+        ])  # fmt: skip
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        book = {Path(r["file"]).stem: r for r in csv.DictReader(f)}
+    with open(out / "grades.checks.csv", newline="", encoding="utf-8") as f:
+        checks: dict[str, dict[str, dict]] = {}
+        for r in csv.DictReader(f):
+            checks.setdefault(Path(r["file"]).stem, {})[r["check"]] = r
+    return {"rc": rc, "book": book, "checks": checks}
+
+
+def test_the_run_grades_every_submission(run):
+    assert run["rc"] == 0
+    assert set(run["book"]) == {*ATTACKS, "link_ex01"}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_each_attack_earns_only_its_honest_part_and_is_flagged(run, name):
+    row = run["book"][name]
+    _, _, points, flag = ATTACKS[name]
+    assert float(row["points"]) == points, (row["message"], row["notes"])
+    assert flag in row["flags"]
+
+
+def test_the_judge_side_is_out_of_the_sandbox(run):
+    assert "raised" not in run["book"]["look_for_the_judge_ex01"]["notes"]  # its asserts held
+    rows = run["checks"]["import_reference_ex08"]
+    assert all(float(r["points"]) == 0 for r in rows.values())
+    assert "reaches into the grader" in run["book"]["import_reference_ex08"]["flags"]
+
+
+def test_a_forged_probe_earns_nothing(run):
+    head = run["checks"]["forged_probe_ex06"]["ex06.medusa_head"]
+    assert head["status"] == "failed" and float(head["points"]) == 0
+
+
+def test_a_head_that_zeroes_its_input_fails_its_own_check_only(run):
+    rows = run["checks"]["zero_input_ex06"]
+    assert float(rows["ex06.medusa_head"]["points"]) == 0
+    assert float(rows["ex06.medusa_loss"]["points"]) == 3
+    assert float(rows["ex06.tree_attention_bias"]["points"]) == 4
+
+
+def test_a_huge_cache_costs_its_check_and_nothing_else(run):
+    rows = run["checks"]["big_cache_ex04"]
+    step = rows["ex04.speculative_step"]
+    assert float(step["points"]) == 0 and "rows" in step["message"]
+    assert float(rows["ex04.rollback"]["points"]) + float(rows["ex04.commit_tokens"]["points"]) == 6
+
+
+def test_a_link_to_the_solutions_is_refused(run):
+    row = run["book"]["link_ex01"]
+    assert float(row["points"]) == 0 and "leads out of the submissions folder" in row["notes"]
