@@ -171,6 +171,19 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     assert f"reaches {ngram['measured_speedup']:.2f}x (k = {ngram['k']})" in readme
     draft = bench.best_row(t1, "draft")
     assert f"gains at most {draft['measured_speedup']:.2f}x there (k = {draft['k']})" in readme
+    # ... Medusa's best tree at each temperature and the EAGLE-style draft's best k.
+    t0 = bench.load_speedup_results()["results"][1]
+    med = [max(t["medusa"], key=lambda r: r["measured_speedup"]) for t in (t1, t0)]
+    assert (
+        f"reach {med[0]['measured_speedup']:.2f}x at temperature 1 (tree {med[0]['tree']}) and "
+        f"{med[1]['measured_speedup']:.2f}x at temperature 0 (tree {med[1]['tree']})" in readme
+    )
+    assert all(
+        m["measured_speedup"] > bench.best_row(t, "draft")["measured_speedup"]
+        for m, t in zip(med, (t1, t0))
+    )  # "above the draft model at both"
+    eagle = bench.best_row(t1, "eagle")
+    assert f"(`--method eagle`) {eagle['measured_speedup']:.2f}x (k = {eagle['k']})" in readme
     # ... and the same with the target's steps in NumPy, in both runs (model.host).
     lean = bench.load_speedup_results(name="speedup_cpu_numpy")
     assert "--target-executor numpy" in lean["command"]
