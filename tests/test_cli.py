@@ -331,8 +331,9 @@ def test_generate_runs_each_method_at_the_stored_best_k_and_compare_reports_its_
     args = ["generate", "--method", method, "--max-new-tokens", "8", "--compare"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    if method == "medusa":
-        assert used["tree"] == best["tree"]
+    if method == "medusa":  # the stored tree's paths and kind of draft, as the bench ran it
+        heads = medusa.load_heads(target=load_pretrained("target"), kind="hydra")
+        assert used["tree"] == medusa.bench_trees(heads, 1.0)[best["tree"]][0]
         assert f"tree {best['tree']}: the fastest tree in the stored CPU bench" in out
         how = f"tree {best['tree']}"
     else:

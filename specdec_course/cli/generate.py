@@ -134,8 +134,8 @@ def choose_setting(method: str, k: int | None, temperature: float) -> tuple[dict
     if method == "medusa":
         unused = "" if k is None else " (--k does not apply: Medusa's tree sets its drafts)"
         if best is None:
-            return {"k": None, "tree": "small", "stored": None}, (
-                f"tree small: the default; no stored bench to choose from ({missing}){unused}"
+            return {"k": None, "tree": "top4", "stored": None}, (
+                f"tree top4: the default; no stored bench to choose from ({missing}){unused}"
             )
         return {"k": None, "tree": best["tree"], "stored": best}, (
             f"tree {best['tree']}: the fastest tree in the stored CPU bench, {where}: "
@@ -188,9 +188,12 @@ def run(args) -> int:
 
         draft = EagleProposer(load_eagle(target=target), target)
     elif args.method == "medusa":
-        from ..medusa import load_heads, medusa_generate
+        from ..medusa import bench_trees, load_heads, medusa_generate
 
-        heads = load_heads(target=target)
+        # The heads and trees the stored bench measured: Hydra heads, trees built from their
+        # measured acceptance (names such as top4, sample3), each with its kind of draft.
+        heads = load_heads(target=target, kind="hydra")
+        tree, tree_draft = bench_trees(heads, args.temperature)[setting["tree"]]
 
     def decode(method: str):
         g = torch.Generator().manual_seed(args.seed)
@@ -201,7 +204,14 @@ def run(args) -> int:
                 target, draft, prompt, args.max_new_tokens, k=k, generator=g, **opts
             )
         return medusa_generate(
-            target, heads, prompt, args.max_new_tokens, tree=setting["tree"], generator=g, **opts
+            target,
+            heads,
+            prompt,
+            args.max_new_tokens,
+            tree=tree,
+            draft=tree_draft,
+            generator=g,
+            **opts,
         )
 
     t0 = time.perf_counter()
