@@ -23,3 +23,10 @@ def target():
 def split():
     """The corpus's ``(train, val)`` ids."""
     return D.corpus_split()
+
+
+@pytest.fixture(scope="module")
+def val_prompts(split):
+    """Three 32-character validation prompts (the Medusa tests'; test_decoding has its own)."""
+    _, val = split
+    return [val[i : i + 32] for i in (0, 7000, 31000)]

@@ -16,7 +16,6 @@ import torch
 from torch.nn import functional as F
 
 from specdec_course import decoding, medusa, stats
-from specdec_course.data import CharTokenizer, load_corpus, train_val_split
 from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 
 SMALL = GPTConfig(vocab_size=8, block_size=24, n_layer=1, n_head=2, n_embd=16)
@@ -81,13 +80,6 @@ def _random_heads(model, n_heads, seed, scale=1.0):
 def shipped():
     target = load_pretrained("target")
     return target, medusa.load_heads()
-
-
-@pytest.fixture(scope="module")
-def val_prompts(shipped):
-    tok = CharTokenizer(shipped[0].vocab)
-    _, val = train_val_split(tok.encode(load_corpus()))
-    return [val[i : i + 32] for i in (0, 7000, 31000)]
 
 
 # ----------------------------------------------------------------------------------- heads

@@ -17,7 +17,6 @@ import torch
 from torch.nn import functional as F
 
 from specdec_course import decoding, medusa, stats
-from specdec_course.data import CharTokenizer, load_corpus, train_val_split
 from specdec_course.medusa.guess import hydra_top, sampler
 from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 from specdec_course.sampling import process_logits
@@ -58,13 +57,6 @@ def _medusa(model, n_heads, seed, scale):
 def shipped():
     target = load_pretrained("target")
     return target, medusa.load_heads(target=target, kind="hydra")
-
-
-@pytest.fixture(scope="module")
-def val_prompts(shipped):
-    tok = CharTokenizer(shipped[0].vocab)
-    _, val = train_val_split(tok.encode(load_corpus()))
-    return [val[i : i + 32] for i in (0, 7000, 31000)]
 
 
 # ----------------------------------------------------------------------------------- heads
