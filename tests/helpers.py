@@ -81,18 +81,57 @@ def tiny_model(seed: int, V: int = 3, block_size: int = 12):
     return model.eval()
 
 
-def exact_sequence_law(model, prompt: torch.Tensor, length: int) -> torch.Tensor:
-    """The model's law of its next ``length`` symbols after ``prompt`` (temperature 1), as a
-    flat float64 vector over the ``V**length`` sequences in lexicographic order."""
+def exact_sequence_law(model, prompt: torch.Tensor, length: int, **opts) -> torch.Tensor:
+    """The model's law of its next ``length`` symbols after ``prompt``, as a flat float64
+    vector over the ``V**length`` sequences in lexicographic order: at temperature 1, or after
+    the sampling options ``opts`` (``temperature``, ``top_k``, ``top_p``:
+    ``sampling.process_logits``)."""
     import itertools
+
+    from specdec_course.sampling import process_logits
 
     V = model.config.vocab_size
     seqs = torch.tensor(list(itertools.product(range(V), repeat=length)))
     full = torch.cat([prompt.expand(seqs.shape[0], -1), seqs], dim=1)
     n0 = prompt.numel()
     with torch.inference_mode():
-        logp = model(full).double().log_softmax(-1)[:, n0 - 1 : -1]  # [N, length, V]
+        logits = model(full)
+        if opts:
+            logp = process_logits(logits, **opts).double().log()
+        else:
+            logp = logits.double().log_softmax(-1)
+    logp = logp[:, n0 - 1 : -1]  # [N, length, V]
     return logp.gather(2, seqs[..., None]).squeeze(2).sum(1).exp()
+
+
+def peaky_model(cfg, seed: int, scale: float):
+    """A random ``CharGPT(cfg)`` whose output matrix (tied to the embedding) is scaled by
+    ``scale``: peaked, varied next-token distributions, so that guesses are sometimes accepted
+    and sometimes rejected. (Scaling every weight would push GELU into denormal numbers.)"""
+    from specdec_course.model import CharGPT
+
+    torch.manual_seed(seed)
+    m = CharGPT(cfg).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(scale)
+    return m
+
+
+def assert_fits_joint3(seen: torch.Tensor, exact: torch.Tensor, min_df: int) -> None:
+    """Chi-square of generated triples (``seen``: counts over ``V**3`` codes) against the
+    exact joint law ``exact`` ``[V, V, V]``, on the laws of the first two and of the last two
+    symbols; each test's false-failure rate is asserted below 1e-6."""
+    from specdec_course import stats
+
+    V = exact.shape[0]
+    counts = seen.view(V, V, V)
+    for name, obs, probs in [
+        ("first two", counts.sum(2), exact.sum(2)),
+        ("second and third", counts.sum(0), exact.sum(0)),
+    ]:
+        res = stats.chi_square_test(obs, probs)
+        assert res.false_failure_rate < 1e-6 and res.df >= min_df
+        assert res.passed, f"{name}: {res}"
 
 
 def sequence_codes(seqs: torch.Tensor, V: int) -> torch.Tensor:

@@ -13,10 +13,11 @@ hundred here: the rate is between 1e-8 and 1e-20).
 
 import pytest
 import torch
+from helpers import assert_fits_joint3, exact_sequence_law, peaky_model
 from torch.nn import functional as F
 
 from specdec_course import decoding, medusa, stats
-from specdec_course.model import CharGPT, GPTConfig, load_pretrained
+from specdec_course.model import GPTConfig, load_pretrained
 
 SMALL = GPTConfig(vocab_size=8, block_size=24, n_layer=1, n_head=2, n_embd=16)
 MID = GPTConfig(vocab_size=20, block_size=64, n_layer=2, n_head=2, n_embd=24)
@@ -56,17 +57,6 @@ TREE3 = [
 ]
 
 
-def _peaky_model(cfg, seed, scale):
-    # A random model whose output matrix (tied to the embedding) is scaled up: peaked,
-    # varied next-token distributions, so that guesses are sometimes accepted and sometimes
-    # rejected. (Scaling every weight would push GELU into denormal numbers: slow.)
-    torch.manual_seed(seed)
-    m = CharGPT(cfg).eval()
-    with torch.no_grad():
-        m.lm_head.weight.mul_(scale)
-    return m
-
-
 def _random_heads(model, n_heads, seed, scale=1.0):
     torch.manual_seed(seed)
     heads = medusa.MedusaHeads.from_target(model, n_heads)
@@ -86,7 +76,7 @@ def shipped():
 
 
 def test_fresh_heads_equal_the_base_head():
-    model = _peaky_model(MID, 0, 1.0)
+    model = peaky_model(MID, 0, 1.0)
     heads = medusa.MedusaHeads.from_target(model, 3)
     h = torch.randn(5, 7, MID.n_embd)
     out = heads(h)
@@ -97,7 +87,7 @@ def test_fresh_heads_equal_the_base_head():
 
 
 def test_heads_are_distinct_parameters():
-    model = _peaky_model(MID, 0, 1.0)
+    model = peaky_model(MID, 0, 1.0)
     heads = medusa.MedusaHeads.from_target(model, 3)
     ptrs = [p.data_ptr() for p in heads.parameters()]
     assert len(ptrs) == len(set(ptrs)) == 3 * 3  # W, b and the output matrix per head
@@ -197,7 +187,7 @@ def test_greedy_tree_takes_the_largest_products():
 
 
 def test_tree_forward_equals_forward_along_each_path():
-    model = _peaky_model(MID, 1, 1.0)
+    model = peaky_model(MID, 1, 1.0)
     tb = medusa.build_tree(TREE3)
     g = torch.Generator().manual_seed(0)
     prefix = torch.randint(MID.vocab_size, (9,), generator=g)
@@ -217,7 +207,7 @@ def test_tree_forward_equals_forward_along_each_path():
 
 @pytest.mark.parametrize("path", [(0,), (1, 0), (0, 2), (1, 0, 0), (0, 0, 0)])
 def test_compaction_leaves_the_cache_of_a_fresh_run_on_the_accepted_prefix(path):
-    model = _peaky_model(MID, 2, 1.0)
+    model = peaky_model(MID, 2, 1.0)
     tb = medusa.build_tree(TREE3)
     g = torch.Generator().manual_seed(1)
     prefix = torch.randint(MID.vocab_size, (6,), generator=g)
@@ -260,7 +250,7 @@ def test_greedy_medusa_matches_greedy_target(shipped, val_prompts, tree):
 
 def test_greedy_medusa_matches_greedy_target_up_to_the_end_of_the_context():
     # The tree is cut to the context's last slots and to the tokens still needed.
-    model = _peaky_model(MID, 3, 2.0)
+    model = peaky_model(MID, 3, 2.0)
     heads = _random_heads(model, 3, 4, 0.3)
     prompt = torch.randint(MID.vocab_size, (20,), generator=torch.Generator().manual_seed(2))
     for n in (0, 1, 2, 5, MID.block_size - 20):
@@ -279,24 +269,10 @@ def test_sampled_output_has_exactly_max_new_tokens(shipped, val_prompts):
         assert n <= sum(st.accepted_per_iteration) + st.iterations + 1 <= n + 1
 
 
-def _exact_joint3(model, prompt):
-    """p(x1, x2, x3 | prompt) as a [V, V, V] table, from forward passes on every sequence."""
-    V = model.config.vocab_size
-    grid = torch.cartesian_prod(torch.arange(V), torch.arange(V), torch.arange(V))  # [V^3, 3]
-    seqs = torch.cat([prompt.expand(V**3, -1), grid], dim=1)
-    with torch.inference_mode():
-        logp = F.log_softmax(model(seqs).double(), -1)  # [V^3, n0 + 3, V]
-    n0 = prompt.numel()
-    lp = logp[:, n0 - 1].gather(1, grid[:, :1]) + logp[:, n0].gather(1, grid[:, 1:2])
-    lp = lp + logp[:, n0 + 1].gather(1, grid[:, 2:3])
-    joint = lp.exp().view(V, V, V)
-    return joint / joint.sum()
-
-
 def test_sampling_is_lossless_joint_of_generated_characters():
     # 50,000 runs on a small peaked model: prefill, then a tree pass of depth 2 over 8
     # guesses (accept, reject and renormalise, residual sample), and another pass if needed.
-    model = _peaky_model(SMALL, 5, 10.0)
+    model = peaky_model(SMALL, 5, 10.0)
     heads = _random_heads(model, 2, 6, 0.5)
     tree = medusa.build_tree(TREE2)
     prompt = torch.tensor([3])
@@ -312,19 +288,11 @@ def test_sampling_is_lossless_joint_of_generated_characters():
         deep += st.accepted_per_iteration[0] == 2
     # every branch exercised: accepts, rejections, and paths down to depth 2
     assert accepted > 0.2 * runs and rejected > 0.2 * runs and deep > 0.05 * runs
-    exact = _exact_joint3(model, prompt)
-    counts = seen.view(V, V, V)
-    for name, obs, probs in [
-        ("first two", counts.sum(2), exact.sum(2)),
-        ("second and third", counts.sum(0), exact.sum(0)),
-    ]:
-        res = stats.chi_square_test(obs, probs)
-        assert res.false_failure_rate < 1e-6 and res.df >= 20
-        assert res.passed, f"{name}: {res}"
+    assert_fits_joint3(seen, exact_sequence_law(model, prompt, 3).view(V, V, V), 20)
 
 
 def test_sampling_with_top_k_and_temperature_is_lossless():
-    model = _peaky_model(SMALL, 8, 10.0)
+    model = peaky_model(SMALL, 8, 10.0)
     heads = _random_heads(model, 2, 9, 0.5)
     prompt = torch.tensor([5, 1])
     V, runs = SMALL.vocab_size, 10_000
@@ -335,22 +303,9 @@ def test_sampling_with_top_k_and_temperature_is_lossless():
             model, heads, prompt, 3, tree=TREE2, temperature=0.7, top_k=4, generator=g
         )
         seen[out[3] * V + out[4]] += 1
-    from specdec_course.sampling import process_logits
-
     # exact p(x2, x3): sum over x1 of p(x1) p(x2 | x1) p(x3 | x1 x2), after the processing
-    grid = torch.cartesian_prod(*[torch.arange(V)] * 3)
-    seqs = torch.cat([prompt.expand(V**3, -1), grid], 1)
-    with torch.inference_mode():
-        p = process_logits(model(seqs), temperature=0.7, top_k=4).double()
-    pj = (
-        (
-            p[:, 1].gather(1, grid[:, :1])
-            * p[:, 2].gather(1, grid[:, 1:2])
-            * p[:, 3].gather(1, grid[:, 2:3])
-        )
-        .view(V, V, V)
-        .sum(0)
-    )
+    exact = exact_sequence_law(model, prompt, 3, temperature=0.7, top_k=4).view(V, V, V)
+    pj = exact.sum(0).flatten()
     res = stats.chi_square_test(seen, pj / pj.sum())
     assert res.false_failure_rate < 1e-6
     assert res.passed, str(res)
@@ -360,7 +315,7 @@ def test_sampling_with_top_k_and_temperature_is_lossless():
 
 
 def test_bad_arguments_raise_clear_errors():
-    model = _peaky_model(MID, 0, 1.0)
+    model = peaky_model(MID, 0, 1.0)
     heads = medusa.MedusaHeads.from_target(model, 2)
     prompt = torch.tensor([1, 2])
     with pytest.raises(ValueError, match="deep"):
@@ -382,7 +337,7 @@ def test_bad_arguments_raise_clear_errors():
 def test_missing_or_foreign_heads_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="specdec-course train --preset medusa"):
         medusa.load_heads(tmp_path / "nope.pt")
-    model = _peaky_model(MID, 0, 1.0)
+    model = peaky_model(MID, 0, 1.0)
     heads = medusa.MedusaHeads.from_target(model, 2)
     path = medusa.save_heads(tmp_path / "h.pt", heads, model, {"steps": 1})
     back = medusa.load_heads(path, target=model)
@@ -390,7 +345,7 @@ def test_missing_or_foreign_heads_checkpoint(tmp_path):
     for a, b in zip(heads.parameters(), back.parameters()):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="another target"):
-        medusa.load_heads(path, target=_peaky_model(MID, 1, 1.0))
+        medusa.load_heads(path, target=peaky_model(MID, 1, 1.0))
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="could not be read"):
         medusa.load_heads(tmp_path / "bad.pt")

@@ -14,25 +14,16 @@ asserts from the result object that its false-failure rate is below 1e-6.
 
 import pytest
 import torch
-from torch.nn import functional as F
+from helpers import assert_fits_joint3, exact_sequence_law, peaky_model
 
 from specdec_course import decoding, medusa, stats
 from specdec_course.medusa.guess import hydra_top, sampler
-from specdec_course.model import CharGPT, GPTConfig, load_pretrained
-from specdec_course.sampling import process_logits
+from specdec_course.model import GPTConfig, load_pretrained
 
 SMALL = GPTConfig(vocab_size=8, block_size=24, n_layer=1, n_head=2, n_embd=16)
 MID = GPTConfig(vocab_size=20, block_size=64, n_layer=2, n_head=2, n_embd=24)
 TREE2 = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (2, 0), (0, 2)]
 TREE3 = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 1, 0), (1, 0, 0), (0, 0, 1)]
-
-
-def _peaky_model(cfg, seed, scale):
-    torch.manual_seed(seed)
-    m = CharGPT(cfg).eval()
-    with torch.no_grad():
-        m.lm_head.weight.mul_(scale)
-    return m
 
 
 def _hydra(model, n_heads, seed, scale=1.0, hidden=32):
@@ -63,7 +54,7 @@ def shipped():
 
 
 def test_fresh_hydra_heads_are_the_base_head():
-    model = _peaky_model(MID, 0, 1.0)
+    model = peaky_model(MID, 0, 1.0)
     heads = medusa.HydraHeads.from_target(model, 3, 16)
     h = torch.randn(5, MID.n_embd)
     tok = torch.randint(MID.vocab_size, (5, 3))
@@ -72,7 +63,7 @@ def test_fresh_hydra_heads_are_the_base_head():
 
 
 def test_head_d_reads_the_first_d_tokens_only():
-    model = _peaky_model(MID, 1, 1.0)
+    model = peaky_model(MID, 1, 1.0)
     heads = _hydra(model, 3, 2, 0.3)
     h = torch.randn(4, MID.n_embd)
     tok = torch.randint(MID.vocab_size, (4, 3))
@@ -100,7 +91,7 @@ def test_hydra_loss_is_the_weighted_kl():
 
 
 def test_guesser_fills_each_node_with_its_paths_rank():
-    model = _peaky_model(MID, 3, 1.0)
+    model = peaky_model(MID, 3, 1.0)
     heads = _hydra(model, 3, 4, 0.5)
     tb = medusa.build_tree(TREE3)
     h, root = torch.randn(MID.n_embd), 7
@@ -116,7 +107,7 @@ def test_guesser_fills_each_node_with_its_paths_rank():
 
 
 def test_training_lowers_the_kl():
-    model = _peaky_model(MID, 5, 2.0)
+    model = peaky_model(MID, 5, 2.0)
     ids = torch.randint(MID.vocab_size, (4000,), generator=torch.Generator().manual_seed(0))
     hidden = medusa.collect_hidden(model, ids, 16)
     heads, hist, _ = medusa.train_hydra(
@@ -133,7 +124,7 @@ def test_training_lowers_the_kl():
 
 @pytest.mark.parametrize("tree", ["chain", TREE3], ids=["chain", "tree"])
 def test_greedy_hydra_matches_greedy_target_up_to_the_end_of_the_context(tree):
-    model = _peaky_model(MID, 3, 2.0)
+    model = peaky_model(MID, 3, 2.0)
     heads = _hydra(model, 3, 4, 0.3)
     prompt = torch.randint(MID.vocab_size, (20,), generator=torch.Generator().manual_seed(2))
     accepted = 0
@@ -161,26 +152,6 @@ def test_greedy_shipped_hydra_matches_greedy_target(shipped, val_prompts):
         assert accepted > 100, name  # the guesses carry the run
 
 
-def _exact_joint3(model, prompt, **opts):
-    # p(x1, x2, x3 | prompt) as a [V, V, V] table, after the sampling options' processing
-    V = model.config.vocab_size
-    grid = torch.cartesian_prod(*[torch.arange(V)] * 3)
-    seqs = torch.cat([prompt.expand(V**3, -1), grid], 1)
-    n0 = prompt.numel()
-    with torch.inference_mode():
-        p = (
-            process_logits(model(seqs), **opts).double()
-            if opts
-            else F.softmax(model(seqs).double(), -1)
-        )
-    pj = (
-        p[:, n0 - 1].gather(1, grid[:, :1])
-        * p[:, n0].gather(1, grid[:, 1:2])
-        * p[:, n0 + 1].gather(1, grid[:, 2:3])
-    ).view(V, V, V)
-    return pj / pj.sum()
-
-
 def _check_joint(model, heads, tree, draft, runs, seed, min_deep, **opts):
     prompt = torch.tensor([3])
     V = model.config.vocab_size
@@ -196,31 +167,23 @@ def _check_joint(model, heads, tree, draft, runs, seed, min_deep, **opts):
         deep += st.accepted_per_iteration[0] == 2
     # every branch exercised: rejections, and paths down to depth 2
     assert rejected > 0.1 * runs and deep > min_deep * runs, (rejected, deep)
-    exact = _exact_joint3(model, prompt, **opts)
-    counts = seen.view(V, V, V)
-    for name, obs, probs in [
-        ("first two", counts.sum(2), exact.sum(2)),
-        ("second and third", counts.sum(0), exact.sum(0)),
-    ]:
-        res = stats.chi_square_test(obs, probs)
-        assert res.false_failure_rate < 1e-6 and res.df >= 15
-        assert res.passed, f"{name}: {res}"
+    assert_fits_joint3(seen, exact_sequence_law(model, prompt, 3, **opts).view(V, V, V), 15)
 
 
 def test_sampling_with_hydra_trees_is_lossless():
-    model = _peaky_model(SMALL, 5, 10.0)
+    model = peaky_model(SMALL, 5, 10.0)
     _check_joint(model, _hydra(model, 2, 6, 0.5, 16), TREE2, "top", 20_000, 7, 0.005)
 
 
 @pytest.mark.parametrize("kind", ["hydra", "medusa"])
 def test_sampled_chain_drafts_are_lossless(kind):
-    model = _peaky_model(SMALL, 8, 10.0)
+    model = peaky_model(SMALL, 8, 10.0)
     heads = _hydra(model, 2, 9, 0.5, 16) if kind == "hydra" else _medusa(model, 2, 9, 0.5)
     _check_joint(model, heads, list(medusa.CHAIN[:2]), "sample", 20_000, 11, 0.005)
 
 
 def test_sampled_chain_with_temperature_and_top_k_is_lossless():
-    model = _peaky_model(SMALL, 12, 10.0)
+    model = peaky_model(SMALL, 12, 10.0)
     heads = _hydra(model, 2, 13, 0.5, 16)
     _check_joint(
         model, heads, list(medusa.CHAIN[:2]), "sample", 20_000, 14, 0.002, temperature=0.7, top_k=4
@@ -229,7 +192,7 @@ def test_sampled_chain_with_temperature_and_top_k_is_lossless():
 
 def test_sampler_draws_from_the_heads_distribution():
     # The first drafted token is a sample of head 1's q given the root: chi-square on 20,000.
-    model = _peaky_model(SMALL, 15, 3.0)
+    model = peaky_model(SMALL, 15, 3.0)
     heads = _hydra(model, 2, 16, 0.5, 16)
     tb = medusa.build_tree(medusa.CHAIN[:2])
     draw = sampler(heads, tb, 1.0)
@@ -266,7 +229,7 @@ def test_bench_trees_are_greedy_trees_of_the_measured_acceptance(shipped):
 
 
 def test_bad_draft_options_raise():
-    model = _peaky_model(SMALL, 0, 1.0)
+    model = peaky_model(SMALL, 0, 1.0)
     heads = _hydra(model, 2, 1, 0.1, 8)
     p = torch.tensor([1, 2])
     with pytest.raises(ValueError, match="draft must be"):
