@@ -8,7 +8,10 @@ tests/test_judge_sandbox.py): each earns only what its honest part earns.
 - ex05: a Python object with a ``[grid]`` that computes the answer is not a Triton kernel;
 - ex06: a head that zeroes its input in place is judged on the judge's own input;
 - the judge's generators and tensors are copies away from the student's code: reseeding or
-  zeroing them changes nothing the check computes.
+  zeroing them changes nothing the check computes;
+- the package's own versions of what ex01 and ex05 ask for are rewritten out of the modules
+  their sandbox mounts (every listed function exists; the copy raises ``WithheldError``
+  there and keeps every other line), and such an error from the kernel names the function.
 
 Fixed seeds throughout; the honest counterparts pass at the checks' stated false-failure
 rates (tests/test_grading_ex*.py).
@@ -16,12 +19,17 @@ rates (tests/test_grading_ex*.py).
 
 from __future__ import annotations
 
+import types
+
+import pytest
 import torch
 from test_grading_ex04 import _step, commit_tokens
 from test_grading_ex06 import MedusaHead
 
 from specdec_course.grading import call, run_check
+from specdec_course.grading.judge import withheld
 from specdec_course.grading.judge.context import grading_seed
+from specdec_course.grading.judge.core import exercises, public_implementations
 from specdec_course.grading.judge.ex01 import _joint_law
 from specdec_course.grading.judge.ex07 import V, exact_law
 
@@ -170,3 +178,59 @@ def test_what_student_code_does_to_its_arguments_stays_with_it():
     with grading_seed(1):
         call("vandal", vandal, x, generator=g)
     assert torch.equal(x, torch.ones(3)) and torch.equal(g.get_state(), state)
+
+
+def _rewritten(module: str, exercise: str) -> types.ModuleType:
+    """``module`` as the sandbox of ``exercise`` shows it, imported beside the real one."""
+    names = {p.rpartition(".")[2] for p in public_implementations(exercise)
+             if p.rpartition(".")[0] == module}  # fmt: skip
+    path = withheld.module_file(module)
+    text = withheld.rewrite(path.read_text(encoding="utf-8"), module, names, exercise)
+    mod = types.ModuleType(module + "_as_withheld")
+    mod.__package__ = module.rpartition(".")[0]
+    exec(compile(text, str(path), "exec"), mod.__dict__)
+    return mod
+
+
+def test_every_withheld_function_exists_and_the_rest_of_its_module_stays():
+    listed = {ex: public_implementations(ex) for ex in exercises()}
+    assert "specdec_course.sampling.residual_distribution" in listed["ex01"]
+    assert "specdec_course.kernels.rejection.race_kernel" in listed["ex05"]
+    for ex, functions in listed.items():
+        if functions:
+            assert withheld.bwrap_options(ex, functions)  # ValueError for a missing name
+    sampling = _rewritten("specdec_course.sampling", "ex01")
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    for fn in (sampling.residual_distribution, sampling.speculative_sample, sampling._residual):
+        with pytest.raises(RuntimeError, match="withheld while ex01 is graded") as err:
+            fn(p, q)
+        assert type(err.value).__name__ == withheld.ERROR
+    # What the lessons use of the module is intact (and calls through the withheld raise).
+    assert sampling.exp_noise((4,), generator=torch.Generator().manual_seed(0)).shape == (4,)
+    assert sampling.top_k_filter(torch.tensor([1.0, 3.0, 2.0]), 1)[1] == 3.0
+    with pytest.raises(RuntimeError, match="withheld"):
+        sampling.speculative_output_distribution(p, q)
+    text = withheld.rewrite(
+        withheld.module_file("specdec_course.sampling").read_text(encoding="utf-8"),
+        "specdec_course.sampling", {"_residual"}, "ex01",
+    )  # fmt: skip
+    assert "clamp_min(0)" not in text.split("def _residual")[1].split("def ")[0]
+    real = withheld.module_file("specdec_course.sampling").read_text(encoding="utf-8")
+    body = text.rsplit(f"\n\nclass {withheld.ERROR}", 1)[0]
+    assert real.endswith(body.split("def residual_distribution")[1])  # the rest as it was
+    with pytest.raises(ValueError, match="no top-level function"):
+        withheld.rewrite(real, "specdec_course.sampling", {"no_such_function"}, "ex01")
+
+
+def test_a_withheld_call_from_the_kernel_names_the_function():
+    race = _rewritten("specdec_course.sampling", "ex05").exponential_race
+    with pytest.raises(RuntimeError) as err:
+        race(torch.ones(3))
+    from specdec_course.grading.kernel.errors import error_info
+
+    info = error_info(err.value)
+    assert withheld.named_in(info) == ("specdec_course.sampling.exponential_race", "ex05")
+    wrapped = {"type": "InterpreterError", "message": f"{info['type']}: {info['message']}"}
+    assert withheld.named_in(wrapped) == ("specdec_course.sampling.exponential_race", "ex05")
+    assert withheld.named_in({"type": "ValueError", "message": "withheld"}) is None

@@ -10,7 +10,13 @@ part earns, is flagged where it copies or tampers, and harms no classmate.
 - four cells that kill the kernel after correct functions cost nothing;
 - ``target.new_cache(65536)`` costs its own check only, and the judge survives it;
 - a symbolic link to ``solutions/`` is refused; a solved ex08 named ``*_ex01`` is graded as
-  ex01 and flagged.
+  ex01 and flagged;
+- code built at run time that finds the kernel's agent (through ``gc``) and patches its call
+  path, so that the stubs' graded calls are answered by the package's own implementation
+  (ex01's residual and step in ``sampling``, ex05's race in the public Triton kernels), gets
+  only what the notebook itself wrote: those functions are not in the sandbox (the modules
+  it mounts hold a copy that raises ``WithheldError``), and the call is flagged; honest ex01
+  and ex05 beside it keep full points.
 """
 
 from __future__ import annotations
@@ -85,6 +91,62 @@ class MedusaHead(_Base):
         return self.lm_head(h)
 """
 
+# Finds the kernel's agent through gc and patches its call path, so that a graded call of a
+# stub is answered by the package's own function; describe() still shows the stub. Run by
+# code the scan cannot follow (the exec built from strings, the payload in base64).
+_PATCH_EX01 = """
+import gc, importlib
+S = importlib.import_module("specdec_course." + "sampling")
+A = type(next(o for o in gc.get_objects() if type(o).__name__ == "_Ag" + "ent"))
+_call = A.call
+def call(self, h, blob):
+    name = (h.get("target") or {}).get("name")
+    ns = self.shell.user_ns
+    if name not in ("residual_distribution", "speculative_sample"):
+        return _call(self, h, blob)
+    mine, real = ns[name], getattr(S, name)
+    ns[name] = real if name == "residual_distribution" else (
+        lambda p, q, generator=None: real(p, q, generator=generator))
+    try:
+        return _call(self, h, blob)
+    finally:
+        ns[name] = mine
+A.call = call
+"""
+# The same route for ex05: the launch of the stub kernel is answered by the public Triton
+# kernels, on drafts that reject at each row's position (as the judge's reference does).
+_PATCH_EX05 = """
+import gc, sys, importlib, torch
+kernels = importlib.import_module("specdec_course." + "kernels")
+A = type(next(o for o in gc.get_objects() if type(o).__name__ == "_Ag" + "ent"))
+def fake(kernel, pos, p, q, e, block_v):
+    B, K, V = q.shape
+    rows, j = torch.arange(B), torch.arange(K)
+    drafts = torch.where(j < pos[:, None], p[:, :K].argmax(-1), -1)
+    drafts[rows, pos] = (q - p[:, :K]).argmax(-1)[rows, pos]
+    u = torch.where(j < pos[:, None], 1e-9, 1.0).double()
+    out = kernels.rejection_sample_triton(drafts, q, p, uniforms=u, exp_noise=e)
+    return out.token_ids[rows, pos]
+sys.modules[A.__module__].PROBES["launch" + "_race"] = fake
+"""
+
+
+def _hidden(code: str) -> str:
+    return (
+        "import base64, builtins\n"
+        "run = builtins.__dict__['ex' + 'ec']\n"
+        f"run(base64.b64decode({base64.b64encode(code.encode()).decode()!r}).decode())\n"
+    )
+
+
+def _solution_cell(notebook: str, name: str) -> str:
+    nb = nbformat.read(ROOT / "solutions" / notebook, as_version=4)
+    return next(c.source for c in nb.cells if c.source.startswith(f"def {name}("))
+
+
+CHI_SOLVED = _solution_cell("ex01_residual.ipynb", "chi_square_p_value")
+CHI_POINTS = 3  # ex01.chi_square_p_value (asserted against the registry below)
+
 KILLER = "import os\nos._exit(1)"
 
 BIG_CACHE = """
@@ -109,6 +171,19 @@ ATTACKS = {
     "killers_ex01": ("solutions/ex01_residual.ipynb", [KILLER] * 4, 10, ""),
     "big_cache_ex04": ("solutions/ex04_rollback.ipynb", [BIG_CACHE], 6, ""),
     "wrong_name_ex01": ("solutions/ex08_dynamic_k.ipynb", [], 0, "metadata says ex08"),
+    "patched_agent_ex01": (
+        "exercises/ex01_residual.ipynb",
+        [CHI_SOLVED, _hidden(_PATCH_EX01)],
+        CHI_POINTS,
+        "sandbox withholds",
+    ),
+    "patched_agent_ex05": (
+        "exercises/ex05_triton_race.ipynb",
+        [_hidden(_PATCH_EX05)],
+        0,
+        "sandbox withholds",
+    ),
+    "classmate_ex05": ("solutions/ex05_triton_race.ipynb", [], 10, ""),
 }
 
 
@@ -179,3 +254,21 @@ def test_a_huge_cache_costs_its_check_and_nothing_else(run):
 def test_a_link_to_the_solutions_is_refused(run):
     row = run["book"]["link_ex01"]
     assert float(row["points"]) == 0 and "leads out of the submissions folder" in row["notes"]
+
+
+def test_the_packages_own_answers_are_not_in_the_sandbox(run):
+    from specdec_course.grading.judge.core import checks_for
+
+    assert {s.id: s.points for s in checks_for("ex01")}["ex01.chi_square_p_value"] == CHI_POINTS
+    rows = run["checks"]["patched_agent_ex01"]
+    assert rows["ex01.chi_square_p_value"]["status"] == "passed"  # its honest part
+    for check in ("ex01.residual_distribution", "ex01.speculative_sample"):
+        assert float(rows[check]["points"]) == 0 and "withheld" in rows[check]["message"]
+    flags = run["book"]["patched_agent_ex01"]["flags"]
+    assert "specdec_course.sampling.residual_distribution" in flags
+    for check, row in run["checks"]["patched_agent_ex05"].items():
+        assert float(row["points"]) == 0 and row["status"] == "error", check
+    assert "specdec_course.kernels.rejection" in run["book"]["patched_agent_ex05"]["flags"]
+    # Honest classmates, graded in the same run by the same workers, keep every point.
+    for name in ("classmate_ex01", "classmate_ex05"):
+        assert run["book"][name]["flags"] == "" and float(run["book"][name]["points"]) == 10

@@ -17,6 +17,22 @@ from specdec_course.model import CharGPT, GPTConfig
 from ..kernel.results import Case
 from . import context
 
+# The package's own versions of the accept/resample rule and of its recovered-token race, in
+# every public module that has one (batched in PyTorch, batch-1, block-wise, in Triton): the
+# exercises that ask for the rule or the race withhold them from their sandbox
+# (:mod:`.withheld`; each exercise module's ``PUBLIC_IMPLEMENTATIONS``).
+RULE_IMPLEMENTATIONS = (
+    "specdec_course.verifier.rejection_sample_prepared",
+    "specdec_course.verifier.rejection_sample_row",
+    "specdec_course.verifier._row_tensors",
+    "specdec_course.verifier._row_host",
+    "specdec_course.block_verifier.block_verify_prepared",
+    "specdec_course.block_verifier.block_verify_row",
+    "specdec_course.kernels.rejection.verify_kernel",
+    "specdec_course.kernels.rejection.race_kernel",
+    "specdec_course.kernels.rejection.race_combine_kernel",
+)
+
 
 def fmt(x: Any, digits: int = 4, limit: int = 8) -> str:
     """A short, rounded rendering of a number, vector or anything else (for expected/got)."""

@@ -43,6 +43,7 @@ __all__ = [
     "CheckTimeout",
     "KernelLost",
     "checks_for",
+    "public_implementations",
     "exercises",
     "grade_namespace",
     "register",
@@ -138,6 +139,14 @@ def checks_for(exercise: str) -> list[CheckSpec]:
     """
     _load(exercise)
     return [s for s in _REGISTRY.values() if s.exercise == exercise]
+
+
+def public_implementations(exercise: str) -> tuple[str, ...]:
+    """The package's own functions that compute what ``exercise`` asks for (dotted paths, its
+    module's ``PUBLIC_IMPLEMENTATIONS``): its sandbox holds none of them (:mod:`.withheld`)."""
+    _load(exercise)
+    found = getattr(sys.modules[f"{__package__}.{exercise}"], "PUBLIC_IMPLEMENTATIONS", ())
+    return tuple(str(f) for f in found)
 
 
 def _spec(check_id: str) -> CheckSpec:

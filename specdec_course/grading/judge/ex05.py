@@ -28,10 +28,15 @@ from specdec_course import verifier
 
 from ..kernel.helpers import make_race_inputs
 from ..kernel.probes import launch_race
+from ._support import RULE_IMPLEMENTATIONS
 from .context import case_seed
 from .core import Case, call, register
 
-__all__ = ["launch_race", "make_race_inputs", "reference_race"]
+__all__ = ["PUBLIC_IMPLEMENTATIONS", "launch_race", "make_race_inputs", "reference_race"]
+
+# Not in the sandbox while ex05 is graded (grading.judge.withheld): the package's races, its
+# Triton kernels among them. The judge's reference above keeps using the real verifier.
+PUBLIC_IMPLEMENTATIONS = ("specdec_course.sampling.exponential_race", *RULE_IMPLEMENTATIONS)
 
 
 def reference_race(

@@ -31,6 +31,7 @@ from pathlib import Path
 from specdec_course.paths import data_dir
 
 from ..kernel import BATCH_ENV
+from . import withheld
 from .cgroup import CGroup, kill_pids
 
 __all__ = [
@@ -334,10 +335,18 @@ def _child_setup(cg: CGroup | None) -> None:
         cg.join()
 
 
-def start(the_plan: Plan, tag: str, memory_mb: int, pids_max: int = 256) -> Started:
+def start(
+    the_plan: Plan,
+    tag: str,
+    memory_mb: int,
+    pids_max: int = 256,
+    withhold: tuple[str, tuple[str, ...]] = ("", ()),
+) -> Started:
     """Start a kernel under ``the_plan``, in a new cgroup named ``tag`` where possible.
 
-    ``memory_mb`` (0: none) caps the cgroup. Raises ``OSError`` when it cannot start.
+    ``memory_mb`` (0: none) caps the cgroup. ``withhold`` is ``(exercise, functions)``: in
+    bubblewrap, the package's modules holding those functions are shown rewritten without
+    them (:mod:`.withheld`). Raises ``OSError`` when it cannot start.
     """
     before = descendants(os.getpid())
     to_r, to_w = os.pipe()
@@ -348,7 +357,9 @@ def start(the_plan: Plan, tag: str, memory_mb: int, pids_max: int = 256) -> Star
     scratch = None
     fds = f"{to_r},{from_w}"  # the kernel's ends: it reads requests, writes answers
     if the_plan.mode == "bwrap":
-        argv = [*the_plan.bwrap, "--setenv", FDS_ENV, fds, *kernel_command()]
+        exercise, functions = withhold
+        hide = withheld.bwrap_options(exercise, functions) if functions else []
+        argv = [*the_plan.bwrap, *hide, "--setenv", FDS_ENV, fds, *kernel_command()]
         env, cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, None
     else:
         scratch = tempfile.mkdtemp(prefix="specdec-kernel-")

@@ -23,7 +23,7 @@ import nbformat
 
 from . import context
 from .copying import scan
-from .core import CheckResult, CheckSpec, checks_for, run_check
+from .core import CheckResult, CheckSpec, checks_for, public_implementations, run_check
 from .jobs import Job, SubmissionResult
 from .remote import Remote
 from .sandbox import Plan
@@ -58,6 +58,7 @@ class _Notebook:
             limits=limits,
             notebook_name=safe or "submission.ipynb",
             notebook_text=job.source,
+            withhold=(job.exercise, public_implementations(job.exercise)),
         )
         self.max_starts = min(_MAX_STARTS_CAP, len(cells) + len(job.checks) + 1)
         self.skipped: set[int] = set()
@@ -245,6 +246,11 @@ def grade_submission(
                     findings.flag(f"{n} {why}")
     finally:
         nb.session.close()
+    for name in sorted(nb.session.withheld_called):
+        findings.flag(
+            f"calls the course's own {name}, which its sandbox withholds while {job.exercise} "
+            "is graded"
+        )
     result.notes = nb.notes
     result.flags = findings.flags
     result.seconds = time.monotonic() - t0

@@ -104,9 +104,10 @@ def rebuild_error(info: dict) -> BaseException:
     name = name if name.isidentifier() else "Exception"
     key = (name, base)
     if key not in _REBUILT:
+        # RemoteError is an Exception already: (Exception, RemoteError) has no valid MRO.
         _REBUILT[key] = type(
             name,
-            (base, RemoteError),
+            (RemoteError,) if base is Exception else (base, RemoteError),
             {"__str__": lambda self: self.args[0] if self.args else "", "__module__": "student"},
         )
     exc = _REBUILT[key](str(info.get("message", "")))

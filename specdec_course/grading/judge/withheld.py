@@ -1,0 +1,159 @@
+"""The course's own implementations of what an exercise asks for, kept out of its sandbox.
+
+The package a graded notebook imports holds, besides the lessons' tools, the course's own
+version of most exercises: ``sampling.residual_distribution`` is exercise 01's
+``residual_distribution``, ``kernels.rejection.race_kernel`` does exercise 05's race. The
+kernel runs beside student code, so nothing it reports can tell the student's function from
+the package's: code built at run time (``builtins.__dict__['ex' + 'ec']``, a base64 string)
+can find the kernel's agent through a traceback's frames or ``gc`` and patch its call path,
+so that a graded call is answered by the package's function while ``describe`` still shows
+the student's stub. A source scan cannot follow such code, and a pattern list only says
+which spellings it knows. What closes it is that the answer is not there to be had: while
+an exercise is graded, its sandbox mounts, in place of each module that holds such a
+function, a rewritten copy in which that function's body is one ``raise WithheldError``;
+their folders' compiled caches (``__pycache__``) are shown without those modules' files,
+so neither the source nor the bytecode of the real function is in the sandbox by any
+route. Every other name of the module stays, so the lessons' imports in the exercise
+notebooks work as before; a function that calls a withheld one raises too.
+
+The judge keeps the real modules: it computes every expected value with its own copy, from
+its own inputs, and scores the value the call returned, which can then only come from code
+the notebook brought. A ``WithheldError`` that reaches the judge (from a call or a cell)
+names the function and flags the submission.
+
+Each exercise module of the judge lists its functions in ``PUBLIC_IMPLEMENTATIONS``
+(dotted paths of top-level functions of the package); :func:`bwrap_options` builds the
+mounts. Without bubblewrap there is no mount to replace, and the kernel can read the package
+(and the judge side) from disk: :func:`.sandbox.plan` warns about that mode already.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import os
+import re
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+__all__ = ["ERROR", "bwrap_options", "module_file", "named_in", "rewrite"]
+
+ERROR = "WithheldError"  # the type of what a withheld function raises
+_SAID = re.compile(r"(specdec_course(?:\.\w+)+) is withheld while (ex\d{2,}) is graded")
+
+_lock = threading.Lock()
+_folder: str | None = None
+_made: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+
+
+def module_file(module: str) -> Path:
+    """The source file of ``specdec_course.X.Y`` on this machine, without importing it."""
+    import specdec_course
+
+    parts = module.split(".")
+    if parts[0] != "specdec_course" or not all(p.isidentifier() for p in parts):
+        raise ValueError(f"not a module of the course package: {module!r}")
+    base = Path(specdec_course.__file__).resolve().parent.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    raise ValueError(f"the course package has no module {module!r}")
+
+
+def _message(path: str, exercise: str) -> str:
+    return (
+        f"{path} is withheld while {exercise} is graded: it is the course's own version of "
+        "what the exercise asks you to write, so your notebook must not use it"
+    )
+
+
+def rewrite(source: str, module: str, names: set[str], exercise: str) -> str:
+    """``source`` of ``module`` with the body of each top-level function in ``names``
+    replaced by a raise of ``WithheldError`` (decorators and signature kept, every other
+    line as it was, so that tracebacks and Triton's source reading still match).
+
+    Raises ``ValueError`` when a name is not a top-level function of the module."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    found = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+            found[node.name] = node
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise ValueError(f"{module} has no top-level function {', '.join(missing)}")
+    for node in sorted(found.values(), key=lambda n: n.lineno, reverse=True):
+        first, last = node.body[0].lineno, node.end_lineno
+        if first == node.lineno:  # `def f(): return x` on one line: no body line to replace
+            raise ValueError(f"{module}.{node.name}: a one-line def cannot be withheld")
+        indent = re.match(r"\s*", lines[first - 1]).group(0)
+        stub = f"{indent}raise {ERROR}({_message(f'{module}.{node.name}', exercise)!r})\n"
+        lines[first - 1 : last] = [stub]
+    lines.append(
+        f"\n\nclass {ERROR}(RuntimeError):\n"
+        '    """Raised by the course\'s own version of what an exercise asks for, in the '
+        'sandbox that grades it."""\n'
+    )
+    return "".join(lines)
+
+
+def named_in(error: object) -> tuple[str, str] | None:
+    """``(function, exercise)`` when ``error`` (an exception as plain data, from the kernel)
+    is, or wraps, a withheld function's ``WithheldError``; else ``None``."""
+    if not isinstance(error, dict):
+        return None
+    m = _SAID.search(str(error.get("message", ""))[:2000])
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _scratch() -> str:
+    global _folder
+    if _folder is None:
+        _folder = tempfile.mkdtemp(prefix="specdec-withheld-")
+        atexit.register(shutil.rmtree, _folder, True)
+    return _folder
+
+
+def bwrap_options(exercise: str, functions: tuple[str, ...]) -> list[str]:
+    """bwrap options that mount, over each module holding one of ``functions`` (dotted
+    paths), its rewritten copy, and show its folder's ``__pycache__`` as a read-only tmpfs
+    holding the other modules' compiled files only (one compiled later, by the judge, say,
+    is not shown at all: that module is compiled afresh in the sandbox).
+
+    The copies are written once per process and exercise, in a private temporary folder
+    removed at exit; the caches are listed at every call. Raises ``ValueError`` for a path
+    that names no top-level function of the package."""
+    key = (exercise, tuple(sorted(functions)))
+    by_module: dict[str, set[str]] = {}
+    for path in functions:
+        module, _, name = path.rpartition(".")
+        by_module.setdefault(module, set()).add(name)
+    with _lock:
+        if key not in _made:
+            folder = Path(_scratch()) / exercise
+            folder.mkdir(exist_ok=True)
+            binds = []
+            for module, names in sorted(by_module.items()):
+                real = module_file(module)
+                copy = folder / f"{module}.py"
+                text = rewrite(real.read_text(encoding="utf-8"), module, names, exercise)
+                copy.write_text(text, encoding="utf-8")
+                os.chmod(copy, 0o644)
+                binds += ["--ro-bind", str(copy), str(real)]
+            _made[key] = binds
+        opts = list(_made[key])
+    hidden: dict[Path, set[str]] = {}
+    for module in by_module:
+        real = module_file(module)
+        hidden.setdefault(real.parent / "__pycache__", set()).add(real.stem + ".")
+    for cache, stems in sorted(hidden.items()):
+        if not cache.is_dir():
+            continue
+        opts += ["--tmpfs", str(cache)]
+        for pyc in sorted(cache.iterdir()):
+            if pyc.suffix == ".pyc" and not pyc.name.startswith(tuple(stems)):
+                opts += ["--ro-bind", str(pyc), str(pyc)]
+        opts += ["--remount-ro", str(cache)]
+    return opts
