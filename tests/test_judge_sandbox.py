@@ -16,7 +16,10 @@ part earns, is flagged where it copies or tampers, and harms no classmate.
   (ex01's residual and step in ``sampling``, ex05's race in the public Triton kernels), gets
   only what the notebook itself wrote: those functions are not in the sandbox (the modules
   it mounts hold a copy that raises ``WithheldError``), and the call is flagged; honest ex01
-  and ex05 beside it keep full points.
+  and ex05 beside it keep full points;
+- without a cgroup (``--sandbox weak``), a root grader's kernel runs under a uid of its own,
+  so that its process limit binds: 600 forks after correct functions are refused past the
+  limit, the functions still earn their points and the next classmate is graded as usual.
 """
 
 from __future__ import annotations
@@ -272,3 +275,61 @@ def test_the_packages_own_answers_are_not_in_the_sandbox(run):
     # Honest classmates, graded in the same run by the same workers, keep every point.
     for name in ("classmate_ex01", "classmate_ex05"):
         assert run["book"][name]["flags"] == "" and float(run["book"][name]["points"]) == 10
+
+
+FORKS = """
+import os, time
+kids = 0
+try:
+    for _ in range(600):
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        kids += 1
+except OSError:
+    pass
+raise RuntimeError(f"forked {kids} processes")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the grader is not root here")
+def test_weak_as_root_runs_kernels_under_their_own_uid(monkeypatch, tmp_path):
+    from specdec_course.grading.judge.discovery import collect
+    from specdec_course.grading.judge.jobs import Job
+    from specdec_course.grading.judge.submission import grade_submission
+
+    monkeypatch.setattr(sandbox.CGroup, "available", classmethod(lambda cls: None))
+    plan = sandbox.plan("weak")
+    assert plan.own_uid and plan.mode == "bwrap" and "--unshare-user" not in plan.bwrap
+    nb = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
+    who = (
+        "import os\n"
+        f"assert os.getresuid() == ({sandbox.kernel_uid()},) * 3 and os.getgroups() == []\n"
+        "assert open('/proc/self/status').read().split('CapEff:')[1].split()[0] == '0' * 16\n"
+        "open(os.path.expanduser('~/x'), 'w').write('a home of its own')"
+    )
+    nb.cells[3:3] = [new_code_cell(who), new_code_cell(FORKS)]
+    nbformat.write(nb, tmp_path / "forks_ex01.ipynb")
+    rows = []
+    for path in (tmp_path / "forks_ex01.ipynb", ROOT / "solutions" / "ex01_residual.ipynb"):
+        (sub,) = collect([path])
+        sub.exercise = "ex01"
+        job = Job.for_submission(sub, cell_timeout=60, notebook_timeout=120, memory_mb=3000, seed=2)
+        rows.append(grade_submission(job, plan))
+    forks, classmate = rows
+    assert forks.points == classmate.points == 10, (forks.notes, forks.checks)
+    (note,) = [n for n in forks.notes if "forked" in n]  # the only cell that raised
+    kids = int(note.split("forked ")[1].split()[0])
+    assert 0 < kids < 256, note  # submission.py's nproc limit, with the kernel's own threads
+    assert forks.flags == classmate.flags == []
+
+
+def test_without_bubblewrap_a_root_grader_refuses_or_leaves_root(monkeypatch):
+    monkeypatch.setattr(sandbox.CGroup, "available", classmethod(lambda cls: None))
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    try:
+        plan = sandbox.plan("weak")
+    except RuntimeError as e:  # an interpreter only root can read (a pyenv under /root, say)
+        assert os.geteuid() == 0 and "grade as a user other than root" in str(e)
+        return
+    assert plan.mode == "none" and plan.own_uid == (os.geteuid() == 0)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from specdec_course.paths import data_dir
 
-from ..kernel import BATCH_ENV
+from ..kernel import BATCH_ENV, UID_ENV
 from . import withheld
 from .cgroup import CGroup, kill_pids
 
@@ -69,6 +69,7 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict)
     cgroup: bool = False  # a cgroup per kernel can be created here
     warnings: list[str] = field(default_factory=list)
+    own_uid: bool = False  # each kernel leaves root for a uid of its own (:func:`kernel_uid`)
 
     def to_dict(self) -> dict:
         return {
@@ -77,11 +78,32 @@ class Plan:
             "env": dict(self.env),
             "cgroup": self.cgroup,
             "warnings": list(self.warnings),
+            "own_uid": self.own_uid,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> Plan:
-        return cls(d["mode"], list(d["bwrap"]), dict(d["env"]), bool(d["cgroup"]), d["warnings"])
+        return cls(
+            d["mode"],
+            list(d["bwrap"]),
+            dict(d["env"]),
+            bool(d["cgroup"]),
+            d["warnings"],
+            bool(d.get("own_uid", False)),
+        )
+
+
+# Where a root grader without a cgroup puts its kernels: uid BASE + the judge process's pid,
+# one judge grading one submission at a time. RLIMIT_NPROC counts the processes of a uid (and
+# binds no root process): a uid per kernel makes it one kernel's cap, which a classmate's
+# processes do not eat into, and leaves a kernel no process of another to signal or trace.
+# (No account has such a uid; nothing in the kernel needs one: HOME and USER are set.)
+KERNEL_UID_BASE = 2**30
+
+
+def kernel_uid() -> int:
+    """The uid this judge process's kernels take when the plan says ``own_uid``."""
+    return KERNEL_UID_BASE + os.getpid()
 
 
 def kernel_command() -> list[str]:
@@ -93,6 +115,8 @@ def _env(home: str) -> dict[str, str]:
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
+        "USER": "student",
+        "LOGNAME": "student",
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
@@ -161,20 +185,53 @@ def _binds() -> list[str]:
     return opts
 
 
+def _open_parents(binds: list[str]) -> list[str]:
+    """``--dir`` options, mode 0755, for the folders above every mount point in ``binds``:
+    bubblewrap makes them 0700, which only a kernel that is (or maps to) root can cross."""
+    two = {"--ro-bind", "--ro-bind-try", "--bind", "--symlink"}
+    dests, i = [], 0
+    while i < len(binds):
+        if binds[i] in two:
+            dests.append(binds[i + 2])
+            i += 3
+        else:  # --tmpfs, --remount-ro DEST
+            dests.append(binds[i + 1])
+            i += 2
+    parents = {str(p) for d in dests for p in Path(d).parents if str(p) != "/"}
+    out: list[str] = []
+    for p in sorted(parents, key=lambda p: (p.count("/"), p)):
+        out += ["--perms", "0755", "--dir", p]
+    return out
+
+
 def _bwrap_options(variant: int) -> list[str]:
-    opts = ["--unshare-all", "--die-with-parent", "--new-session"]
+    if variant == 2:
+        # Root without a cgroup: no user namespace (in one, the kernel's uid would still be
+        # root's outside, which RLIMIT_NPROC never binds); the kernel keeps only the two
+        # capabilities it needs to leave root for its own uid (UID_ENV), which it does before
+        # it reads a request, and which clears them. bwrap sets no_new_privs: none comes back.
+        opts = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+        opts += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+        opts += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        opts = ["--unshare-all", "--die-with-parent", "--new-session"]
     if variant == 0:
         # A user namespace of its own, no nested ones (they would lift the limits), and, when
         # the grader is root, no capability left at all.
         opts += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and variant != 2:
         opts += ["--cap-drop", "ALL"]
     opts += ["--proc", "/proc", "--dev", "/dev"]
     # The private scratch folders first: the read-only binds go on top of them, so that a
     # Python or a package installed under /tmp (a CI checkout, say) stays visible inside.
+    # (Writable by all: in variant 2 the kernel is not the root that made them.)
     for path in ("/tmp", HOME, "/dev/shm"):
+        opts += ["--perms", "1777"] if variant == 2 else []
         opts += ["--size", str(_TMPFS_MB * 2**20), "--tmpfs", path]
-    opts += _binds()
+    binds = _binds()
+    if variant == 2:
+        opts += _open_parents(binds)
+    opts += binds
     # Everything but the three scratch folders read-only: the root's own tmpfs (which has
     # no size cap) takes no file.
     opts += ["--remount-ro", "/", "--chdir", HOME, "--clearenv"]
@@ -184,14 +241,37 @@ def _bwrap_options(variant: int) -> list[str]:
 MODES = ("auto", "require", "weak", "off")
 
 
+def _probe(argv: list[str], env: dict[str, str] | None) -> str:
+    """Run ``argv``; "" if it exited 0, else why not (its last line of stderr)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=120, env=env, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"it could not start: {e}"
+    if done.returncode == 0:
+        return ""
+    err = done.stderr.decode(errors="replace").strip().splitlines()
+    return err[-1] if err else f"exit {done.returncode}"
+
+
+# What a kernel that leaves root must still do: take its uid and import what it runs with.
+_AS_KERNEL = (
+    "from specdec_course.grading.kernel import drop_root; drop_root(); "
+    "import os, torch, IPython, specdec_course.paths; assert os.getuid() != 0"
+)
+
+
 def plan(mode: str = "auto") -> Plan:
     """Decide how to sandbox kernels: ``"auto"`` (bubblewrap if it works, else none, with a
     warning), ``"require"`` (bubblewrap or ``RuntimeError``), ``"weak"`` (as auto, and
     without a cgroup too) or ``"off"``.
 
     ``auto`` and ``require`` need a cgroup per kernel (``RuntimeError`` where none can be
-    made): without one, nothing caps a submission's processes together. Tries bubblewrap
-    once, by starting Python in it. Raises ``ValueError`` for another mode.
+    made): without one, nothing caps a submission's processes together. ``weak`` without a
+    cgroup, as root, runs each kernel under a uid of its own (:data:`KERNEL_UID_BASE`), so
+    that RLIMIT_NPROC binds it: in bubblewrap without a user namespace, or as a plain
+    process; ``RuntimeError`` if that uid cannot start this Python (an installation only
+    root can read). Tries bubblewrap once, by starting Python in it. Raises ``ValueError``
+    for another mode.
     """
     if mode not in MODES:
         raise ValueError(f"sandbox must be one of {', '.join(MODES)}; got {mode!r}")
@@ -204,34 +284,40 @@ def plan(mode: str = "auto") -> Plan:
             "root with cgroups v2 (or v1 memory + pids) writable, or pass --sandbox weak to "
             "grade with per-process limits only"
         )
-    result = Plan("none", [], _env(HOME), cg is not None, warnings)
+    own_uid = cg is None and mode != "off" and os.geteuid() == 0
+    result = Plan("none", [], _env(HOME), cg is not None, warnings, own_uid)
+    uid = {UID_ENV: str(kernel_uid())} if own_uid else {}
+    code = _AS_KERNEL if own_uid else "import specdec_course.paths"
     if mode != "off":  # auto, require, weak
         exe = shutil.which("bwrap")
         why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-        if exe:
-            for variant in (0, 1):
-                opts = [exe, *_bwrap_options(variant)]
-                for k, v in result.env.items():
-                    opts += ["--setenv", k, v]
-                try:
-                    probe = subprocess.run(
-                        [*opts, sys.executable, "-I", "-c", "import specdec_course.paths"],
-                        capture_output=True,
-                        timeout=60,
-                    )
-                except (OSError, subprocess.TimeoutExpired) as e:
-                    why = f"bubblewrap could not start: {e}"
-                    continue
-                if probe.returncode == 0:
-                    result.mode, result.bwrap = "bwrap", opts
-                    break
-                err = probe.stderr.decode(errors="replace").strip().splitlines()
-                why = "bubblewrap failed: " + (err[-1] if err else f"exit {probe.returncode}")
+        for variant in ((2,) if own_uid else (0, 1)) if exe else ():
+            opts = [exe, *_bwrap_options(variant)]
+            for k, v in result.env.items():
+                opts += ["--setenv", k, v]
+            extra = [a for k, v in uid.items() for a in ("--setenv", k, v)]
+            failed = _probe([*opts, *extra, sys.executable, "-I", "-c", code], None)
+            if not failed:
+                result.mode, result.bwrap = "bwrap", opts
+                break
+            why = f"bubblewrap failed: {failed}"
         if result.mode != "bwrap":
             if mode == "require":
                 raise RuntimeError(why)
+            if own_uid:
+                failed = _probe([sys.executable, "-I", "-c", code], dict(result.env, **uid))
+                if failed:
+                    raise RuntimeError(
+                        f"{why}; and without bubblewrap or a cgroup, grading as root runs each "
+                        f"kernel under a uid of its own (from {KERNEL_UID_BASE}) so that the "
+                        f"process limit binds, but that uid cannot start {sys.executable} with "
+                        f"this package ({failed}): install bubblewrap, make the Python "
+                        "installation and the package readable by every user, or grade as a "
+                        "user other than root"
+                    )
+            who = "a uid of their own" if own_uid else "this user"
             warnings.append(
-                f"NO SANDBOX: {why}. Submissions ran as this user, with the network, the file "
+                f"NO SANDBOX: {why}. Submissions ran as {who}, with the network, the file "
                 "system and the other processes in reach; only time and memory limits applied"
             )
     else:
@@ -240,9 +326,11 @@ def plan(mode: str = "auto") -> Plan:
         # The judge side can be imported there: keep the notebook's check() cells quiet.
         result.env[BATCH_ENV] = "1"
     if cg is None:
+        per = " (each kernel under a uid of its own, so it binds)" if own_uid else ""
         warnings.append(
             "no cgroup could be created here: the memory cap is per process (address space), "
-            "and the process count is limited by RLIMIT_NPROC only (which binds no root process)"
+            f"and the process count is limited by RLIMIT_NPROC only{per}"
+            + ("" if own_uid else " (which binds no root process)")
         )
     return result
 
@@ -356,15 +444,19 @@ def start(
         cg = CGroup.create(tag, memory_mb * 2**20, pids_max)
     scratch = None
     fds = f"{to_r},{from_w}"  # the kernel's ends: it reads requests, writes answers
+    uid = {UID_ENV: str(kernel_uid())} if the_plan.own_uid else {}
     if the_plan.mode == "bwrap":
         exercise, functions = withhold
         hide = withheld.bwrap_options(exercise, functions) if functions else []
-        argv = [*the_plan.bwrap, *hide, "--setenv", FDS_ENV, fds, *kernel_command()]
+        argv = [*the_plan.bwrap, *hide, "--setenv", FDS_ENV, fds]
+        argv += [a for k, v in uid.items() for a in ("--setenv", k, v)] + kernel_command()
         env, cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, None
     else:
         scratch = tempfile.mkdtemp(prefix="specdec-kernel-")
+        if uid:  # the kernel's own folder, once it is no longer root
+            os.chown(scratch, kernel_uid(), kernel_uid())
         argv = kernel_command()
-        env = dict(the_plan.env, HOME=scratch, TMPDIR=scratch, **{FDS_ENV: fds})
+        env = dict(the_plan.env, HOME=scratch, TMPDIR=scratch, **{FDS_ENV: fds}, **uid)
         env.update({k: f"{scratch}/{k.lower()}" for k in ("MPLCONFIGDIR", "IPYTHONDIR")})
         env["TRITON_CACHE_DIR"] = f"{scratch}/triton"
         cwd = scratch

@@ -102,6 +102,9 @@ class Session:
         )
         if not reply.get("ok"):
             raise self._gone("the kernel did not start")
+        if self.plan.own_uid and reply.get("uid") in (0, None):
+            # (Said before any student code ran: the kernel's word is still its own.)
+            raise self._gone("the kernel did not leave root, so its process limit would not bind")
 
     def stop(self) -> None:
         """Kill the kernel and everything it started (idempotent)."""

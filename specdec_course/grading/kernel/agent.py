@@ -218,7 +218,8 @@ class _Agent:
         if isinstance(name, str) and re.fullmatch(r"[\w.-]{1,100}", name):
             with contextlib.suppress(OSError), open(name, "w", encoding="utf-8") as f:
                 f.write(str(h.get("notebook", "")))
-        return {"ok": True}
+        # Before any student code: the judge checks that a kernel meant to leave root did.
+        return {"ok": True, "uid": os.getuid()}
 
     def cell(self, h: dict) -> dict:
         self.last_error = None
