@@ -1,8 +1,9 @@
-"""Grading on Dask: the same gradebook as the local pool, and a dead worker costs one retry.
+"""Grading on Dask: the same gradebook as the local pool, a dead worker costs one retry, and
+a submission whose workers die every retry keeps the checks judged before.
 
-Both tests use a ``LocalCluster`` of 2 one-thread worker processes, as an instructor's
-``--scheduler local:2`` does; the second starts it itself and passes its ``tcp://`` address,
-the path an existing cluster takes.
+The tests use a ``LocalCluster`` of 2 one-thread worker processes, as an instructor's
+``--scheduler local:2`` does; the last two start it themselves and pass its ``tcp://``
+address, the path an existing cluster takes.
 """
 
 from __future__ import annotations
@@ -95,3 +96,71 @@ def test_a_dask_worker_that_dies_costs_only_its_submission_a_retry(tmp_path):
         ("ex01_00.ipynb", 0, "not attempted"),
         ("ex01_slow.ipynb", 10, "passed"),
     ]
+
+
+# Slower than the solution's (16,000 calls, 2 ms each): the kill lands while it is checked.
+SLOW_SAMPLER = """
+import time
+_fast_sample = speculative_sample
+def speculative_sample(p, q, generator=None):
+    time.sleep(0.002)
+    return _fast_sample(p, q, generator=generator)
+"""
+
+
+def test_a_submission_whose_workers_die_every_retry_keeps_its_judged_checks(tmp_path):
+    import dask
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    victim = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
+    victim.cells.insert(5, new_code_cell(SLOW_SAMPLER))  # after speculative_sample's cell
+    nbformat.write(victim, subs / "ex01_victim.ipynb")
+    _solved_and_untouched(subs, 2)  # ex01_00 untouched, ex01_01 solved: the classmates
+    out: dict = {}
+    # One death loses the task; each worker holds only the task it runs (no classmate queued
+    # behind the victim, which would be lost with it).
+    one = {
+        "distributed.scheduler.allowed-failures": 0,
+        "distributed.scheduler.worker-saturation": 1.0,
+    }
+    with dask.config.set(one):
+        cluster = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        client = distributed.Client(cluster)
+        try:
+            pids = client.run(os.getpid)
+            grading = threading.Thread(
+                target=lambda: out.setdefault(
+                    "res", batch.grade([subs], scheduler=cluster.scheduler_address, **LIMITS)
+                )
+            )
+            grading.start()
+            deadline, victim = time.monotonic() + 240, None
+            while victim is None and time.monotonic() < deadline:
+                for name, events in client.get_events().items():
+                    checks = [m for _, m in events if isinstance(m, dict) and "check" in m]
+                    mine = [m for m in checks if m["file"].endswith("ex01_victim.ipynb")]
+                    # The victim's first check (its next one is slow), judged and sent.
+                    if str(name).startswith("specdec-grade-") and [
+                        (m["check"]["id"], m["check"]["points"]) for m in mine
+                    ] == [("ex01.residual_distribution", 3)]:
+                        victim = checks[0]["worker"]
+                time.sleep(0.05)
+            assert victim is not None, "no first check of the victim within four minutes"
+            os.kill(pids[victim], signal.SIGKILL)
+            grading.join(timeout=300)
+            assert not grading.is_alive()
+        finally:
+            client.close()
+            cluster.close()
+    rows = {Path(r.file).name: r for r in out["res"]}
+    lost = rows["ex01_victim.ipynb"]
+    statuses = {c.id: (c.status, c.points) for c in lost.checks}
+    assert statuses["ex01.residual_distribution"] == ("passed", 3)  # judged before: kept
+    assert statuses["ex01.speculative_sample"] == ("crashed", 0)
+    assert lost.points == 3 and "died" in lost.notes[0]
+    assert any("Dask workers died" in f for f in lost.flags)
+    assert (rows["ex01_00.ipynb"].points, rows["ex01_01.ipynb"].points) == (0, 10)
+    assert rows["ex01_00.ipynb"].flags == rows["ex01_01.ipynb"].flags == []

@@ -14,7 +14,9 @@ What a failure costs: a submission that kills or hangs its judge costs only itse
 ``crashed`` or ``timeout`` row, as locally). A Dask worker that dies (its machine is
 preempted, say) loses the tasks it was running; the scheduler runs each of them again
 elsewhere, up to ``distributed.scheduler.allowed-failures`` times (Dask's default: 3), and
-then that submission alone gets a ``crashed`` row.
+then that submission alone gets a ``crashed`` row, flagged, which keeps every check a
+worker had judged for it before: each is sent to the scheduler as soon as it is judged (a
+Dask event on the task's own topic, :func:`grade_task`), where the client reads them back.
 
 Every worker needs this package (the same version) and, for the sandbox, bubblewrap; the
 client checks both before it submits anything. Needs ``dask[distributed]`` (the package's
@@ -26,15 +28,17 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import wait as _wait_conns
 from typing import Any
 
 from ... import __version__
+from ..kernel.results import CheckResult
 from . import sandbox
 from .jobs import Job, SubmissionResult
-from .worker import Judge, orphans
+from .worker import Judge, keep_check, lost_result, orphans
 
 __all__ = ["check_scheduler", "grade_task", "run_on_dask"]
 
@@ -81,13 +85,38 @@ def worker_ready(sandbox_mode: str) -> dict[str, Any]:
     return {"version": __version__, "error": "", "warnings": list(warnings)}
 
 
-def grade_task(job_dict: dict[str, Any], sandbox_mode: str) -> tuple[dict[str, Any], list[str]]:
+def _publisher(topic: str | None, file: str) -> Callable[[dict[str, CheckResult]], None]:
+    """What sends each newly judged check of ``file`` to the scheduler, as an event on
+    ``topic`` (a no-op outside a Dask worker, or without a topic)."""
+    worker = None
+    if topic:
+        with contextlib.suppress(ImportError, ValueError):
+            from distributed import get_worker
+
+            worker = get_worker()
+    sent: set[str] = set()
+
+    def publish(judged: dict[str, CheckResult]) -> None:
+        for cid, check in list(judged.items()):
+            if worker is not None and cid not in sent:
+                sent.add(cid)
+                with contextlib.suppress(Exception):  # the client then lacks it, no more
+                    event = {"check": check.to_dict(), "file": file, "worker": worker.address}
+                    worker.log_event(topic, event)
+
+    return publish
+
+
+def grade_task(
+    job_dict: dict[str, Any], sandbox_mode: str, topic: str | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """One Dask task: grade one submission (a ``Job`` as a dict) on this worker.
 
     Returns ``(SubmissionResult as a dict, this worker's sandbox warnings)``. The judge
     process of this worker thread grades it (a fresh one if the last was lost), under the
-    same hard deadline as the local pool. Raises ``RuntimeError`` when the required sandbox
-    cannot run here.
+    same hard deadline as the local pool; each check, once judged, also goes to the
+    scheduler as an event on ``topic``, so that a worker that dies later does not take it
+    along. Raises ``RuntimeError`` when the required sandbox cannot run here.
     """
     global _before
     job = Job.from_dict(job_dict)
@@ -100,10 +129,12 @@ def grade_task(job_dict: dict[str, Any], sandbox_mode: str) -> tuple[dict[str, A
         judge = _judges.get(key)
         if judge is None or judge.dead or not judge.alive:
             judge = _judges[key] = Judge.spawn(plan)
+    publish = _publisher(topic, job.file)
     judge.send(job)
     while True:
         ready = _wait_conns([judge.conn], timeout=0.5)
         res, broken = judge.answer(bool(ready))
+        publish(judge.judged)
         if res is None:
             continue
         if broken:
@@ -173,14 +204,15 @@ def run_on_dask(
             if info["error"]:
                 raise RuntimeError(f"on Dask worker {address}: {info['error']}")
             warnings += [w for w in info["warnings"] if w not in warnings]
-        futures = {}
+        futures, run = {}, secrets.token_hex(8)
         for i in queue:
             # pure=False: two identical notebooks are two submissions, graded twice.
-            fut = client.submit(grade_task, jobs[i].to_dict(), sandbox_mode, pure=False)
-            futures[fut] = i
+            topic = f"specdec-grade-{run}-{i}"
+            fut = client.submit(grade_task, jobs[i].to_dict(), sandbox_mode, topic, pure=False)
+            futures[fut] = (i, topic)
         for fut in as_completed(futures):
-            i = futures[fut]
-            finish(i, _result(fut, jobs[i], warnings))
+            i, topic = futures[fut]
+            finish(i, _result(fut, jobs[i], warnings, _judged_on(client, topic)))
     finally:
         with contextlib.suppress(Exception):
             client.run(stop_judges)
@@ -192,18 +224,41 @@ def run_on_dask(
     return warnings
 
 
-def _result(fut, job: Job, warnings: list[str]) -> SubmissionResult:
-    """The row of a finished task: its result, checked, or a lost row saying why."""
+def _judged_on(client, topic: str) -> Callable[[], list[Any]]:
+    """What the workers sent on ``topic`` (read only when a task is lost)."""
+
+    def read() -> list[Any]:
+        try:
+            return [msg for _, msg in client.get_events(topic)]
+        except Exception:  # noqa: BLE001 - a scheduler gone too: nothing kept
+            return []
+
+    return read
+
+
+def _result(fut, job: Job, warnings: list[str], judged_on=list) -> SubmissionResult:
+    """The row of a finished task: its result, checked, or a lost row saying why, with the
+    checks that its workers had judged before (``judged_on()``: the task's events)."""
     from dask.distributed import KilledWorker
 
-    def lost(message: str) -> SubmissionResult:
-        checks = job.failed_checks("crashed", message)
-        return SubmissionResult(job.file, job.exercise, checks, [message], 0.0, seed=job.seed)
+    def lost(message: str, flag: str = "") -> SubmissionResult:
+        judged: dict[str, CheckResult] = {}
+        for msg in judged_on():
+            try:
+                keep_check(job, judged, CheckResult.from_dict(msg["check"]))
+            except (ValueError, TypeError, KeyError):  # not a check of this job: dropped
+                continue
+        res = lost_result(job, judged, "crashed", message)
+        res.flags = [flag] if flag else []
+        return res
 
     try:
         payload, worker_warnings = fut.result()
     except KilledWorker:
-        return lost("the Dask workers grading this submission died, every retry")
+        return lost(
+            "the Dask workers grading this submission died, every retry",
+            "its Dask workers died while grading it, every retry (its judged checks kept)",
+        )
     except Exception as e:  # noqa: BLE001 - a task that raised: that submission alone
         return lost(f"the Dask task failed: {type(e).__name__}: {e}")
     warnings += [w for w in worker_warnings if w not in warnings]

@@ -34,7 +34,7 @@ from .jobs import Job, SubmissionResult
 from .sandbox import Plan, descendants, remove_cgroups, set_subreaper
 from .submission import grade_submission
 
-__all__ = ["Judge", "grade_job", "orphans", "worker_main"]
+__all__ = ["Judge", "grade_job", "keep_check", "lost_result", "orphans", "worker_main"]
 
 # How a judge started by Judge.spawn finds its end of the socket pair.
 _FD_VAR = "SPECDEC_JUDGE_FD"
@@ -113,6 +113,25 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
             conn.send(("result", res.to_dict()))
         except (OSError, ValueError):
             return
+
+
+def keep_check(job: Job, judged: dict[str, CheckResult], check: CheckResult) -> None:
+    """Keep ``check``, judged for ``job`` by a worker that may be lost later, in ``judged``;
+    ``ValueError`` if it is no check of the job or claims more points than it is worth."""
+    known = {cid: points for cid, _, points, _ in job.checks}
+    if check.id not in known or not 0 <= check.points <= known[check.id]:
+        raise ValueError(f"a result for no check of this job ({check.id!r})")
+    judged[check.id] = check
+
+
+def lost_result(
+    job: Job, judged: dict[str, CheckResult], status: str, message: str, seconds: float = 0.0
+) -> SubmissionResult:
+    """The result of ``job`` when its worker was lost: the checks it had judged (``judged``),
+    and 0 points with ``status`` and ``message`` for the others."""
+    checks = [judged.get(c.id, c) for c in job.failed_checks(status, message)]
+    notes = [message, "the grading worker was lost"]
+    return SubmissionResult(job.file, job.exercise, checks, notes, seconds, seed=job.seed)
 
 
 @dataclass
@@ -196,24 +215,13 @@ class Judge:
         return None, False
 
     def _keep(self, check: CheckResult) -> None:
-        known = {cid: points for cid, _, points, _ in self.job.checks}
-        if check.id not in known or not 0 <= check.points <= known[check.id]:
-            raise ValueError(f"a result for no check of this job ({check.id!r})")
-        self.judged[check.id] = check
+        keep_check(self.job, self.judged, check)
 
     def lost(self, status: str, message: str) -> SubmissionResult:
         """The result of the job in hand when the worker was lost: the checks it had judged
         already, and 0 points with the reason for the others."""
-        job = self.job
-        checks = [self.judged.get(c.id, c) for c in job.failed_checks(status, message)]
-        return SubmissionResult(
-            job.file,
-            job.exercise,
-            checks,
-            [message, "the grading worker was lost"],
-            time.monotonic() - self.start,
-            seed=job.seed,
-        )
+        elapsed = time.monotonic() - self.start
+        return lost_result(self.job, self.judged, status, message, elapsed)
 
     def kill(self) -> None:
         """Kill the worker and what it started; empty its kernels' cgroups."""
