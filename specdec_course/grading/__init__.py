@@ -61,6 +61,10 @@ found and imported on first use) and register its checks::
   callables as arguments, and expect plain data back. To use a student's object that cannot
   travel (a class, a Triton kernel), add a *probe* to :mod:`.kernel.probes` (plain data in
   and out, no reference, no verdict) and ``call(case, probe, obj, ...)``.
+- List in the module's ``PUBLIC_IMPLEMENTATIONS`` (dotted paths of top-level functions) the
+  package's own versions of what the exercise asks for, in every module that has one: its
+  sandbox mounts those modules with them replaced by stubs (:mod:`.judge.withheld`), so no
+  route inside the kernel reaches them; the judge keeps the real ones for its references.
 - Every comparison fails on NaN and infinity: ``not (diff <= tol)``, never ``diff > tol``.
 - Draw random inputs from seeds passed through ``context.case_seed(n)`` (``n`` inline, fresh
   per run under the batch grader); add random cases when ``context.fresh_cases()``.

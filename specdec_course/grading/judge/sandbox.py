@@ -7,6 +7,9 @@ submissions folder, no ``solutions/``, no output folder, no home folder. ``--die
 ends it with its judge. A cgroup, where one can be created (v2, else v1), caps the memory and
 the number of processes of everything in the sandbox together; the kernel also sets per-process
 limits on itself (address space, CPU time, processes, file size) before any student code runs.
+Without a cgroup (``weak``) a root grader runs each kernel under a uid of its own, where
+RLIMIT_NPROC binds. The package's own versions of what the graded exercise asks for are
+mounted as stubs (:mod:`.withheld`).
 
 Where bubblewrap cannot run, the kernel runs as a plain process in its own session and a
 private temporary folder, under the same limits (and the cgroup if any); :func:`plan` says so
