@@ -30,6 +30,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .._validate import check_int, check_real
@@ -190,10 +191,14 @@ def batch_call_costs(
 def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
     from ..model import FoldedStep
     from ..model.ragged import batch_steps
+    from ..sampling import SamplingOptions
 
     V = target.config.vocab_size
-    jobs = []  # (B index, is_draft, size, call)
+    target_s = [[0.0] * len(sizes) for _ in batch_sizes]
+    draft_s = [0.0] * len(batch_sizes)
+    table = callable(getattr(draft, "propose_rows", None))
     for bi, B in enumerate(batch_sizes):
+        jobs = []  # (is_draft, size, call, calls it stands for)
         ids = torch.randint(V, (B, 64 + max(sizes)))
         slots = torch.full((B, 1), 64) + torch.arange(max(sizes))
         ts = batch_steps(target, B)
@@ -204,42 +209,56 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
                 call = partial(ts.step_shared, ids[:, 64:65], 64, out[:B])
             else:
                 call = partial(ts.step, ids[:, 64 : 64 + n], slots[:, :n], 64 + n, out[: B * n])
-            jobs.append((bi, False, n, call))
-        fold = draft.draft_step() if B == 1 else None
-        if isinstance(fold, FoldedStep):
+            jobs.append((False, n, call, 1))
+        K = max(sizes) - 1
+        fold = None if table else (draft.draft_step() if B == 1 else None)
+        if table:  # K drafts per row and their q rows, as the loop takes them; per draft
+            smp, q_rows = SamplingOptions(1.0), draft.sampling_rows(SamplingOptions(1.0))
+            ids_h, n_h = ids.numpy(), np.full(B, 64)
+            u = np.random.default_rng(0).random((B, K))
+            toks, rows = np.empty((B, K), np.int64), np.empty((B, K), np.int64)
+
+            def call(B=B, ids_h=ids_h, n_h=n_h, u=u, toks=toks, rows=rows, q_rows=q_rows):
+                draft.propose_rows(smp, ids_h, n_h, K, u, toks, rows)
+                torch.from_numpy(q_rows[rows])
+
+            jobs.append((True, 1, call, K))
+        elif isinstance(fold, FoldedStep):
             fc = fold.new_cache()
             fold.feed(ids[0, :64], fc)
 
             def call(fold=fold, fc=fc, t=int(ids[0, 64]), out=out[:1]):
                 fc.length = 64
                 fold.step(t, fc, out)
+
+            jobs.append((True, 1, call, 1))
         else:
             dstep = batch_steps(draft, B)
             dstep.prefill(ids[:, :64])
-            call = partial(dstep.step, ids[:, 64:65], slots[:, :1], 65, out[:B])
-        jobs.append((bi, True, 1, call))
-    runs: list[list[float]] = [[] for _ in jobs]
-    with native_cpu_kernels():  # as the decoding loops run
-        for r in range(repeats + 3):
-            for (_, _, _, call), sink in zip(jobs, runs):
-                t0 = _clock()
-                call()
-                if r >= 3:
-                    sink.append(_clock() - t0)
-    target_s = [[0.0] * len(sizes) for _ in batch_sizes]
-    draft_s = [0.0] * len(batch_sizes)
-    for (bi, is_draft, n, _), sink in zip(jobs, runs):
-        if is_draft:
-            draft_s[bi] = statistics.median(sink)
-        else:
-            target_s[bi][sizes.index(n)] = statistics.median(sink)
+            jobs.append((True, 1, partial(dstep.step, ids[:, 64:65], slots[:, :1], 65, out[:B]), 1))
+        # Round-robin over one B's calls only, as its loop runs them: a small call timed right
+        # after a large batch's would find the weights out of cache and measure that instead.
+        runs: list[list[float]] = [[] for _ in jobs]
+        with native_cpu_kernels():  # as the decoding loops run
+            for r in range(repeats + 3):
+                for (_, _, call, _), sink in zip(jobs, runs):
+                    t0 = _clock()
+                    call()
+                    if r >= 3:
+                        sink.append(_clock() - t0)
+        for (is_draft, n, _, per), sink in zip(jobs, runs):
+            if is_draft:
+                draft_s[bi] = statistics.median(sink) / per
+            else:
+                target_s[bi][sizes.index(n)] = statistics.median(sink)
     return {
         "batch_sizes": list(batch_sizes),
         "sizes": sizes,
         "target_s": target_s,
         "draft_s": draft_s,
         "ratio": [t[-1] / t[0] for t in target_s],
-        "steps": "decoding.batched's own (model.ragged.batch_steps), logits included",
+        "steps": "decoding.batched's own (model.ragged.batch_steps), logits included"
+        + ("; the draft: a table's proposal per drafted token" if table else ""),
     }
 
 
@@ -289,12 +308,18 @@ def measure_batch(
 ) -> dict:
     """Tokens per second of batched plain and speculative decoding against ``B``.
 
-    ``prompts`` int64 ``[max(batch_sizes), T]``; batch ``B`` decodes its first ``B`` rows.
-    Per repeat (after one untimed round), every ``B`` runs plain and each ``k`` in turn.
-    Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s": {k: ...}, "speedup": {k: ...},
-    "best_k", "alpha"}],
-    "crossover_B"}``: ``crossover_B`` is the smallest ``B`` where no ``k`` beats plain
-    decoding (``None`` if speculation pays at every measured ``B``).
+    ``prompts`` int64 ``[max(batch_sizes), T]``; batch ``B`` decodes its first ``B`` rows;
+    ``draft`` a ``CharGPT`` or an n-gram table (``speculative_generate_batch``'s drafts).
+    Per repeat (after one untimed round), every ``B`` runs plain and each ``k`` in turn, the
+    speculative loop twice: to the end of every row (a static batch: rows that finish early
+    wait for the slowest, ``speedup``) and until the first row is done (every row decoding:
+    the steady state of continuous batching, ``steady_speedup``, which is what
+    :func:`batch_ceiling` prices). Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s",
+    "speedup", "steady_speedup" (each {k: ...}), "utilization" {k: the fraction of row
+    iterations a static batch spends on rows still decoding}, "best_k", "best_speedup",
+    "best_steady_k", "best_steady_speedup", "alpha"}], "crossover_B", "steady_crossover_B"}``:
+    a crossover is the smallest ``B`` where no ``k`` beats plain decoding (``None`` if
+    speculation pays at every measured ``B``).
     """
     check_run(target=target, drafts={"draft": draft}, prompts=prompts, prompt_dim=2, ks=ks)
     check_run(repeats=repeats, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature)
@@ -303,18 +328,22 @@ def measure_batch(
     from ..decoding import SpecStats
     from ..decoding.batched import generate_batch, speculative_generate_batch
 
-    times = {(B, k): [] for B in batch_sizes for k in (0, *ks)}
+    runs = [(0, "all")] + [(k, until) for k in ks for until in ("all", "first")]
+    times = {(B, k, u): [] for B in batch_sizes for k, u in runs}
+    tokens = {(B, k, u): 0 for B in batch_sizes for k, u in runs}
     agg = {B: SpecStats(k=max(ks)) for B in batch_sizes}
+    busy = {(B, k): [0, 0] for B in batch_sizes for k in ks}  # row iterations, B * calls
     for rep in range(-1, repeats):  # round -1 warms up every shape, untimed
         for B in batch_sizes:
             rows = prompts[:B]
-            for k in (0, *ks):
+            for k, until in runs:
                 g = torch.Generator().manual_seed(seed + rep)
                 t0 = _clock()
                 if k == 0:
                     generate_batch(
                         target, rows, max_new_tokens, temperature=temperature, generator=g
                     )
+                    n = B * max_new_tokens
                 else:
                     _, st = speculative_generate_batch(
                         target,
@@ -324,28 +353,47 @@ def measure_batch(
                         k=k,
                         temperature=temperature,
                         generator=g,
+                        until=until,
                     )
-                    if k == max(ks) and rep >= 0:
-                        agg[B].add(st)
+                    n = st.emitted
+                    if rep >= 0 and until == "all":
+                        busy[B, k][0] += st.iterations
+                        busy[B, k][1] += B * st.target_calls
+                        if k == max(ks):
+                            agg[B].add(st)
                 if rep >= 0:
-                    times[B, k].append(_clock() - t0)
+                    times[B, k, until].append(_clock() - t0)
+                    tokens[B, k, until] += n
     out = []
     for B in batch_sizes:
-        med = {k: statistics.median(times[B, k]) for k in (0, *ks)}
-        speed = {k: med[0] / med[k] for k in ks}
+        # tokens per second of each run kind: all its tokens over the median run's share
+        rate = {
+            key: tokens[key] / (statistics.median(times[key]) * repeats)
+            for key in times
+            if key[0] == B
+        }
+        plain = rate[B, 0, "all"]
+        speed = {k: rate[B, k, "all"] / plain for k in ks}
+        steady = {k: rate[B, k, "first"] / plain for k in ks}
         best = max(ks, key=lambda k: speed[k])
+        best_s = max(ks, key=lambda k: steady[k])
         out.append(
             {
                 "B": B,
-                "plain_tok_s": B * max_new_tokens / med[0],
-                "spec_tok_s": {str(k): B * max_new_tokens / med[k] for k in ks},
+                "plain_tok_s": plain,
+                "spec_tok_s": {str(k): rate[B, k, "all"] for k in ks},
                 "speedup": {str(k): speed[k] for k in ks},
+                "steady_speedup": {str(k): steady[k] for k in ks},
+                "utilization": {str(k): busy[B, k][0] / busy[B, k][1] for k in ks},
                 "best_k": best,
                 "best_speedup": speed[best],
+                "best_steady_k": best_s,
+                "best_steady_speedup": steady[best_s],
                 "alpha": min(agg[B].acceptance_rate, 1.0),
             }
         )
     losing = [r["B"] for r in out if r["best_speedup"] < 1.0]
+    losing_s = [r["B"] for r in out if r["best_steady_speedup"] < 1.0]
     return {
         "temperature": temperature,
         "repeats": repeats,
@@ -353,6 +401,7 @@ def measure_batch(
         "ks": list(ks),
         "rows": out,
         "crossover_B": min(losing) if losing else None,
+        "steady_crossover_B": min(losing_s) if losing_s else None,
     }
 
 

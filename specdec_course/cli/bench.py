@@ -354,6 +354,7 @@ def _beyond(args) -> int:
     """Dynamic k, the batch-size regime and block verification on this CPU (lessons 08, 09)."""
     from .. import bench
     from ..data import CharTokenizer
+    from ..distilled import load_distilled
     from ..model import load_pretrained
 
     torch.set_num_threads(1)
@@ -392,6 +393,29 @@ def _beyond(args) -> int:
         f"the measured loop stops paying at B = {batch['crossover_B']}, "
         f"the ceiling at B = {ceiling['crossover_B']}"
     )
+    # The same loop with the distilled n-gram as its draft: drafting is a table look-up per
+    # row, so the target call's growth with B is all that is left to price.
+    ngram = load_distilled()
+    ng_calls = bench.batch_call_costs(target, ngram, sizes, sizes=(1, 2, 3, 5, 7))
+    ng_batch = bench.measure_batch(
+        target,
+        ngram,
+        batch_prompts,
+        batch_sizes=sizes,
+        ks=(1, 2, 4, 6),
+        temperature=temperature,
+        repeats=max(2, repeats - 2),
+    )
+    ng_ceiling = bench.batch_ceiling(ng_batch, ng_calls)
+    for r, c_row in zip(ng_batch["rows"], ng_ceiling["rows"]):
+        print(
+            f"  n-gram B={r['B']:3d} best k={r['best_k']} {r['best_speedup']:.2f}x measured, "
+            f"{c_row['best_ceiling']:.2f}x ceiling (k={c_row['best_k']})"
+        )
+    print(
+        f"with the n-gram draft the loop stops paying at B = {ng_batch['crossover_B']}, "
+        f"the ceiling at B = {ng_ceiling['crossover_B']}"
+    )
     block = bench.measure_block(target, draft, prompts, runs=2 if args.quick else 5)
     for r in block["rows"]:
         print(
@@ -405,6 +429,9 @@ def _beyond(args) -> int:
         "batch_call_costs": calls,
         "batch": batch,
         "batch_ceiling": ceiling,
+        "batch_ngram_call_costs": ng_calls,
+        "batch_ngram": ng_batch,
+        "batch_ngram_ceiling": ng_ceiling,
         "block": block,
     }
     print(f"wrote {bench.save_beyond_results(record, command, args.out)}")
