@@ -218,7 +218,7 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
             u = np.random.default_rng(0).random((B, K))
             toks, rows = np.empty((B, K), np.int64), np.empty((B, K), np.int64)
 
-            def call(B=B, ids_h=ids_h, n_h=n_h, u=u, toks=toks, rows=rows, q_rows=q_rows):
+            def call(ids_h=ids_h, n_h=n_h, u=u, toks=toks, rows=rows, q_rows=q_rows, smp=smp, K=K):
                 draft.propose_rows(smp, ids_h, n_h, K, u, toks, rows)
                 torch.from_numpy(q_rows[rows])
 
