@@ -171,7 +171,13 @@ def measure_dynamic(
 
 
 def batch_call_costs(
-    target, draft, batch_sizes=BATCH_SIZES, sizes=(1, 2, 3, 5), repeats: int = 30
+    target,
+    draft,
+    batch_sizes=BATCH_SIZES,
+    sizes=(1, 2, 3, 5),
+    repeats: int = 30,
+    *,
+    warm: bool = True,
 ) -> dict:
     """At each ``B``: seconds of the calls the batched loops make, after a 64-token context.
 
@@ -180,14 +186,17 @@ def batch_call_costs(
     larger size the speculative loop's target call over that many tokens per row at the
     rows' own positions; ``draft_s`` the loop's one-token draft step (at ``B = 1`` the
     folded step of a one-layer draft, as the loop takes). Round-robin over everything,
-    median kept. Returns ``{"batch_sizes", "sizes", "target_s" [B][size], "draft_s" [B],
-    "ratio", "steps"}`` (``ratio``: the largest size's call over the one-token call; near 1
-    means verifying drafts is nearly free)."""
+    median kept. ``warm``: each timed call follows an untimed call of itself, as in a
+    decoding loop, which repeats one step; ``warm=False`` times each call right after the
+    previous job's (another ``B``'s, whose buffers evict this one's from the CPU's caches).
+    Returns ``{"batch_sizes", "sizes", "target_s" [B][size], "draft_s" [B], "ratio", "steps",
+    "warm"}`` (``ratio``: the largest size's call over the one-token call; near 1 means
+    verifying drafts is nearly free)."""
     with torch.inference_mode():
-        return _batch_call_costs(target, draft, batch_sizes, list(sizes), repeats)
+        return _batch_call_costs(target, draft, batch_sizes, list(sizes), repeats, warm)
 
 
-def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
+def _batch_call_costs(target, draft, batch_sizes, sizes, repeats, warm=True):
     from ..model import FoldedStep
     from ..model.ragged import batch_steps
 
@@ -222,6 +231,12 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
     with native_cpu_kernels():  # as the decoding loops run
         for r in range(repeats + 3):
             for (_, _, _, call), sink in zip(jobs, runs):
+                # Warm: one untimed call first. The job before it (another B's, up to
+                # B = 512) evicts this one's weights and cache from the CPU's caches, while a
+                # decoding loop repeats one step. Timed cold, the first job after the
+                # largest B (B = 1's one-token call) cost more than B = 1's five-token call.
+                if warm:
+                    call()
                 t0 = _clock()
                 call()
                 if r >= 3:
@@ -240,6 +255,7 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
         "draft_s": draft_s,
         "ratio": [t[-1] / t[0] for t in target_s],
         "steps": "decoding.batched's own (model.ragged.batch_steps), logits included",
+        "warm": warm,
     }
 
 
@@ -362,8 +378,11 @@ def measure_block(
     """Accepted drafts per target call, token-wise against block verification (temperature 1).
 
     Both verifiers decode every prompt ``runs`` times from the same seeds. Returns ``{"rows":
-    [{"k", "token_accepted", "block_accepted", "gain"}]}`` (mean accepted drafts per
-    iteration; ``gain`` = block / token)."""
+    [{"k", "token_accepted", "block_accepted", "gain", "diff", "diff_se"}]}`` (mean accepted
+    drafts per iteration; ``gain`` = block / token, ``diff`` = block - token). ``diff_se`` is
+    the standard error of ``diff`` with each (run, prompt) decode as one unit, both verifiers'
+    decodes of a unit paired (same seed): the iterations of one decode are not independent,
+    the decodes are. ``units`` = runs x prompts."""
     check_run(target=target, drafts={"draft": draft}, prompts=prompts, ks=ks)
     check_int(runs, "runs")
     check_int(max_new_tokens, "max_new_tokens")
@@ -372,6 +391,7 @@ def measure_block(
     rows = []
     for k in ks:
         agg = {v: SpecStats(k=k) for v in ("token", "block")}
+        units = {v: [] for v in agg}  # (accepted, iterations) of each decode
         for r in range(runs):
             for i, prompt in enumerate(prompts):
                 for v in agg:
@@ -380,6 +400,7 @@ def measure_block(
                         target, draft, prompt, max_new_tokens, k=k, generator=g, verify=v
                     )
                     agg[v].add(st)
+                    units[v].append((st.accepted, st.iterations))
         tok, blk = agg["token"].mean_accepted, agg["block"].mean_accepted
         rows.append(
             {
@@ -389,9 +410,37 @@ def measure_block(
                 "token_tokens_per_call": agg["token"].tokens_per_target_call,
                 "block_tokens_per_call": agg["block"].tokens_per_target_call,
                 "gain": blk / tok,
+                "diff": blk - tok,
+                "diff_se": _paired_ratio_se(units["block"], units["token"]),
             }
         )
-    return {"runs": runs, "prompts": len(prompts), "max_new_tokens": max_new_tokens, "rows": rows}
+    return {
+        "runs": runs,
+        "prompts": len(prompts),
+        "units": runs * len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "rows": rows,
+    }
+
+
+def _paired_ratio_se(a: list, b: list) -> float:
+    """Standard error of sum(a.num)/sum(a.den) - sum(b.num)/sum(b.den) over paired units.
+
+    ``a``, ``b``: one (numerator, denominator) per unit, unit i of ``a`` paired with unit i of
+    ``b``. The linearised (delta-method) residual of a ratio estimator R = sum x / sum n at a
+    unit is (x - R n) / mean(n); the difference's residual is a's minus b's, and its standard
+    error is sqrt(sum e^2 / (m (m - 1))) over the m units. 0.0 for fewer than 2 units."""
+    m = len(a)
+    if m < 2:
+        return 0.0
+
+    def residuals(u):
+        num, den = sum(x for x, _ in u), sum(n for _, n in u)
+        r, mean_n = num / max(den, 1), max(den, 1) / m
+        return [(x - r * n) / mean_n for x, n in u]
+
+    e = [ea - eb for ea, eb in zip(residuals(a), residuals(b))]
+    return (sum(v * v for v in e) / (m * (m - 1))) ** 0.5
 
 
 def save_beyond_results(record: dict, command: str, out: str | Path | None = None) -> Path:
