@@ -231,10 +231,12 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats, warm=True):
     with native_cpu_kernels():  # as the decoding loops run
         for r in range(repeats + 3):
             for (_, _, _, call), sink in zip(jobs, runs):
-                # Warm: one untimed call first. The job before it (another B's, up to
-                # B = 512) evicts this one's weights and cache from the CPU's caches, while a
-                # decoding loop repeats one step. Timed cold, the first job after the
-                # largest B (B = 1's one-token call) cost more than B = 1's five-token call.
+                # Warm: one untimed call first. The jobs since this one's last call (every
+                # other B's, up to B = 512) evict its weights and cache from the CPU's
+                # caches, while a decoding loop repeats one step. Timed cold, the first job
+                # of a round (B = 1's one-token call, right after B = 512's) paid for bringing
+                # the target's weights back, and cost more than B = 1's five-token call,
+                # which came after it and found them there.
                 if warm:
                     call()
                 t0 = _clock()
