@@ -242,6 +242,13 @@ def test_batch_call_costs_time_the_loops_own_steps():
     calls = bench.batch_call_costs(target, draft, (1, 2), sizes=(1, 2), repeats=1)
     assert calls["batch_sizes"] == [1, 2] and len(calls["target_s"]) == 2
     assert all(t > 0 for row in calls["target_s"] for t in row) and min(calls["draft_s"]) > 0
+    assert calls["warm"] is True  # each timed call follows an untimed one of itself
+    cold = bench.batch_call_costs(target, draft, (1,), sizes=(1, 2), repeats=1, warm=False)
+    assert cold["warm"] is False and len(cold["target_s"][0]) == 2
+    from specdec_course.distilled import load_distilled
+
+    table = bench.batch_call_costs(target, load_distilled(), (1, 2), sizes=(1, 3), repeats=1)
+    assert min(table["draft_s"]) > 0 and "table" in table["steps"]
 
 
 @pytest.fixture(scope="module")

@@ -172,7 +172,13 @@ def measure_dynamic(
 
 
 def batch_call_costs(
-    target, draft, batch_sizes=BATCH_SIZES, sizes=(1, 2, 3, 5), repeats: int = 30
+    target,
+    draft,
+    batch_sizes=BATCH_SIZES,
+    sizes=(1, 2, 3, 5),
+    repeats: int = 30,
+    *,
+    warm: bool = True,
 ) -> dict:
     """At each ``B``: seconds of the calls the batched loops make, after a 64-token context.
 
@@ -181,24 +187,25 @@ def batch_call_costs(
     larger size the speculative loop's target call over that many tokens per row at the
     rows' own positions; ``draft_s`` the loop's one-token draft step (at ``B = 1`` the
     folded step of a one-layer draft, as the loop takes). Round-robin over everything,
-    median kept. Returns ``{"batch_sizes", "sizes", "target_s" [B][size], "draft_s" [B],
-    "ratio", "steps"}`` (``ratio``: the largest size's call over the one-token call; near 1
-    means verifying drafts is nearly free)."""
+    median kept. ``warm``: each timed call follows an untimed call of itself, as in a
+    decoding loop, which repeats one step; ``warm=False`` times each call right after the
+    previous job's (another ``B``'s, whose buffers evict this one's from the CPU's caches).
+    Returns ``{"batch_sizes", "sizes", "target_s" [B][size], "draft_s" [B], "ratio", "steps",
+    "warm"}`` (``ratio``: the largest size's call over the one-token call; near 1 means
+    verifying drafts is nearly free)."""
     with torch.inference_mode():
-        return _batch_call_costs(target, draft, batch_sizes, list(sizes), repeats)
+        return _batch_call_costs(target, draft, batch_sizes, list(sizes), repeats, warm)
 
 
-def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
+def _batch_call_costs(target, draft, batch_sizes, sizes, repeats, warm=True):
     from ..model import FoldedStep
     from ..model.ragged import batch_steps
     from ..sampling import SamplingOptions
 
     V = target.config.vocab_size
-    target_s = [[0.0] * len(sizes) for _ in batch_sizes]
-    draft_s = [0.0] * len(batch_sizes)
-    table = callable(getattr(draft, "propose_rows", None))
+    table = callable(getattr(draft, "propose_rows", None))  # an n-gram table as the draft
+    jobs = []  # (B index, is_draft, size, call, drafted positions it stands for)
     for bi, B in enumerate(batch_sizes):
-        jobs = []  # (is_draft, size, call, calls it stands for)
         ids = torch.randint(V, (B, 64 + max(sizes)))
         slots = torch.full((B, 1), 64) + torch.arange(max(sizes))
         ts = batch_steps(target, B)
@@ -209,12 +216,11 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
                 call = partial(ts.step_shared, ids[:, 64:65], 64, out[:B])
             else:
                 call = partial(ts.step, ids[:, 64 : 64 + n], slots[:, :n], 64 + n, out[: B * n])
-            jobs.append((False, n, call, 1))
-        K = max(sizes) - 1
-        fold = None if table else (draft.draft_step() if B == 1 else None)
+            jobs.append((bi, False, n, call, 1))
         if table:  # K drafts per row and their q rows, as the loop takes them; per draft
-            smp, q_rows = SamplingOptions(1.0), draft.sampling_rows(SamplingOptions(1.0))
-            ids_h, n_h = ids.numpy(), np.full(B, 64)
+            K = max(sizes) - 1
+            smp = SamplingOptions(1.0)
+            q_rows, ids_h, n_h = draft.sampling_rows(smp), ids.numpy(), np.full(B, 64)
             u = np.random.default_rng(0).random((B, K))
             toks, rows = np.empty((B, K), np.int64), np.empty((B, K), np.int64)
 
@@ -222,35 +228,44 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
                 draft.propose_rows(smp, ids_h, n_h, K, u, toks, rows)
                 torch.from_numpy(q_rows[rows])
 
-            jobs.append((True, 1, call, K))
-        elif isinstance(fold, FoldedStep):
+            jobs.append((bi, True, 1, call, K))
+            continue
+        fold = draft.draft_step() if B == 1 else None
+        if isinstance(fold, FoldedStep):
             fc = fold.new_cache()
             fold.feed(ids[0, :64], fc)
 
             def call(fold=fold, fc=fc, t=int(ids[0, 64]), out=out[:1]):
                 fc.length = 64
                 fold.step(t, fc, out)
-
-            jobs.append((True, 1, call, 1))
         else:
             dstep = batch_steps(draft, B)
             dstep.prefill(ids[:, :64])
-            jobs.append((True, 1, partial(dstep.step, ids[:, 64:65], slots[:, :1], 65, out[:B]), 1))
-        # Round-robin over one B's calls only, as its loop runs them: a small call timed right
-        # after a large batch's would find the weights out of cache and measure that instead.
-        runs: list[list[float]] = [[] for _ in jobs]
-        with native_cpu_kernels():  # as the decoding loops run
-            for r in range(repeats + 3):
-                for (_, _, call, _), sink in zip(jobs, runs):
-                    t0 = _clock()
+            call = partial(dstep.step, ids[:, 64:65], slots[:, :1], 65, out[:B])
+        jobs.append((bi, True, 1, call, 1))
+    runs: list[list[float]] = [[] for _ in jobs]
+    with native_cpu_kernels():  # as the decoding loops run
+        for r in range(repeats + 3):
+            for (_, _, _, call, _), sink in zip(jobs, runs):
+                # Warm: one untimed call first. The jobs since this one's last call (every
+                # other B's, up to B = 512) evict its weights and cache from the CPU's
+                # caches, while a decoding loop repeats one step. Timed cold, the first job
+                # of a round (B = 1's one-token call, right after B = 512's) paid for bringing
+                # the target's weights back, and cost more than B = 1's five-token call,
+                # which came after it and found them there.
+                if warm:
                     call()
-                    if r >= 3:
-                        sink.append(_clock() - t0)
-        for (is_draft, n, _, per), sink in zip(jobs, runs):
-            if is_draft:
-                draft_s[bi] = statistics.median(sink) / per
-            else:
-                target_s[bi][sizes.index(n)] = statistics.median(sink)
+                t0 = _clock()
+                call()
+                if r >= 3:
+                    sink.append(_clock() - t0)
+    target_s = [[0.0] * len(sizes) for _ in batch_sizes]
+    draft_s = [0.0] * len(batch_sizes)
+    for (bi, is_draft, n, _, per), sink in zip(jobs, runs):
+        if is_draft:
+            draft_s[bi] = statistics.median(sink) / per
+        else:
+            target_s[bi][sizes.index(n)] = statistics.median(sink)
     return {
         "batch_sizes": list(batch_sizes),
         "sizes": sizes,
@@ -258,7 +273,8 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
         "draft_s": draft_s,
         "ratio": [t[-1] / t[0] for t in target_s],
         "steps": "decoding.batched's own (model.ragged.batch_steps), logits included"
-        + ("; the draft: a table's proposal per drafted token" if table else ""),
+        + ("; the draft: a table's proposal, per drafted position" if table else ""),
+        "warm": warm,
     }
 
 
@@ -411,8 +427,11 @@ def measure_block(
     """Accepted drafts per target call, token-wise against block verification (temperature 1).
 
     Both verifiers decode every prompt ``runs`` times from the same seeds. Returns ``{"rows":
-    [{"k", "token_accepted", "block_accepted", "gain"}]}`` (mean accepted drafts per
-    iteration; ``gain`` = block / token)."""
+    [{"k", "token_accepted", "block_accepted", "gain", "diff", "diff_se"}]}`` (mean accepted
+    drafts per iteration; ``gain`` = block / token, ``diff`` = block - token). ``diff_se`` is
+    the standard error of ``diff`` with each (run, prompt) decode as one unit, both verifiers'
+    decodes of a unit paired (same seed): the iterations of one decode are not independent,
+    the decodes are. ``units`` = runs x prompts."""
     check_run(target=target, drafts={"draft": draft}, prompts=prompts, ks=ks)
     check_int(runs, "runs")
     check_int(max_new_tokens, "max_new_tokens")
@@ -421,6 +440,7 @@ def measure_block(
     rows = []
     for k in ks:
         agg = {v: SpecStats(k=k) for v in ("token", "block")}
+        units = {v: [] for v in agg}  # (accepted, iterations) of each decode
         for r in range(runs):
             for i, prompt in enumerate(prompts):
                 for v in agg:
@@ -429,6 +449,7 @@ def measure_block(
                         target, draft, prompt, max_new_tokens, k=k, generator=g, verify=v
                     )
                     agg[v].add(st)
+                    units[v].append((st.accepted, st.iterations))
         tok, blk = agg["token"].mean_accepted, agg["block"].mean_accepted
         rows.append(
             {
@@ -438,9 +459,37 @@ def measure_block(
                 "token_tokens_per_call": agg["token"].tokens_per_target_call,
                 "block_tokens_per_call": agg["block"].tokens_per_target_call,
                 "gain": blk / tok,
+                "diff": blk - tok,
+                "diff_se": _paired_ratio_se(units["block"], units["token"]),
             }
         )
-    return {"runs": runs, "prompts": len(prompts), "max_new_tokens": max_new_tokens, "rows": rows}
+    return {
+        "runs": runs,
+        "prompts": len(prompts),
+        "units": runs * len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "rows": rows,
+    }
+
+
+def _paired_ratio_se(a: list, b: list) -> float:
+    """Standard error of sum(a.num)/sum(a.den) - sum(b.num)/sum(b.den) over paired units.
+
+    ``a``, ``b``: one (numerator, denominator) per unit, unit i of ``a`` paired with unit i of
+    ``b``. The linearised (delta-method) residual of a ratio estimator R = sum x / sum n at a
+    unit is (x - R n) / mean(n); the difference's residual is a's minus b's, and its standard
+    error is sqrt(sum e^2 / (m (m - 1))) over the m units. 0.0 for fewer than 2 units."""
+    m = len(a)
+    if m < 2:
+        return 0.0
+
+    def residuals(u):
+        num, den = sum(x for x, _ in u), sum(n for _, n in u)
+        r, mean_n = num / max(den, 1), max(den, 1) / m
+        return [(x - r * n) / mean_n for x, n in u]
+
+    e = [ea - eb for ea, eb in zip(residuals(a), residuals(b))]
+    return (sum(v * v for v in e) / (m * (m - 1))) ** 0.5
 
 
 def save_beyond_results(record: dict, command: str, out: str | Path | None = None) -> Path:
