@@ -159,6 +159,13 @@ def test_lesson_09_prints_the_records_block_rows_with_their_standard_errors():
     out = outputs(ROOT / "lessons" / "09_block_verification.ipynb")
     for r in blk["rows"]:
         assert f"| {r['gain']:18.3f} | {r['diff']:+.3f} ({r['diff_se']:.3f})" in out, r["k"]
+    for run in bench.load_eagle_results()["runs"]:
+        e, d = run["methods"]["eagle"]["best_speedup"], run["methods"]["draft"]["best_speedup"]
+        t = run["temperature"]
+        word = _compare(e, d)
+        assert (
+            f"at temperature {t:g} it **{word}** the draft model ({e:.2f}x against {d:.2f}x)" in out
+        )
 
 
 @pytest.mark.parametrize(
