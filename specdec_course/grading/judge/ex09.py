@@ -140,7 +140,8 @@ def _q_cases():
     for i in range(60):
         V = int(torch.randint(2, 9, (), generator=g))
         order = int(torch.randint(1, 5, (), generator=g))
-        table, text = random_table(case_seed(1000 + i), V, order, int(torch.randint(20, 200, (), generator=g)))
+        length = int(torch.randint(20, 200, (), generator=g))
+        table, text = random_table(case_seed(1000 + i), V, order, length)
         L = int(torch.randint(0, order + 2, (), generator=g))
         if i % 2:
             ctx = _unseen_context(table, V, g, L)
@@ -236,6 +237,7 @@ def check_ngram_q(fn) -> Iterator[Case]:
 
 # --------------------------------------------------------------------------- ngram_propose
 
+
 # (name, table, context, k, calls). Small vocabularies and short texts: small counts, where
 # add-one smoothing and the raw counts differ most, and a joint law of at most 64 blocks.
 def _propose_cases():
@@ -327,8 +329,10 @@ def check_ngram_propose(fn) -> Iterator[Case]:
                 why = _audit(table, ctx, d, rows, cache)
                 if why:
                     audit_bad = why
-                    yield Case(f"{name}: audit of call {i}, drafts {d.tolist()}", False,
-                               "each row the exact q after its context", fmt(rows), why)  # fmt: skip
+                    label = f"{name}: audit of call {i}, drafts {d.tolist()}"
+                    yield Case(
+                        label, False, "each row the exact q after its context", fmt(rows), why
+                    )
             blocks[i] = int(sum(int(x) * V ** (k - 1 - j) for j, x in enumerate(d.tolist())))
         if not audit_bad:
             yield Case(f"{name}: audit of {n} calls (every row finite, sums to 1, exact)", True)
@@ -340,9 +344,10 @@ def check_ngram_propose(fn) -> Iterator[Case]:
             r.passed,
             expected=f"block frequencies {fmt(law)}",
             got=f"{fmt(torch.as_tensor(freq))} ({r})",
-            message="" if r.passed else "the drafts do not follow the rows you report: sample "
+            message=""
+            if r.passed
+            else "the drafts do not follow the rows you report: sample "
             "each draft from the row you return for it (and from nothing else)",
             false_failure_rate=r.false_failure_rate,
         )
     yield fits.case()
-
