@@ -109,7 +109,8 @@ def _named_blocks():
     blocks.append(("one draft: its threshold is its weight", p, q, d))
     p, q, _ = random_block(g, 4, 3)
     d = torch.tensor([1, 2, 0])
-    p[1, 2] = 0.0  # the target never emits the second draft
+    p[0] = _t([0.3, 0.4, 0.2, 0.1])  # the first draft is kept with some weight ...
+    p[1, 2] = 0.0  # ... the target never emits the second
     p = p / p.sum(-1, keepdim=True)
     blocks.append(("a draft the target never emits: weight 0 from there on", p, q, d))
     p = _t([[0.1, 0.6, 0.3], [0.5, 0.4, 0.1], [0.2, 0.2, 0.6]])
@@ -129,7 +130,7 @@ def _named_blocks():
     p, q, d = random_block(g, 4, 2)
     q[0] = _t([1e-12, 0.5, 0.5 - 1e-12, 0.0])
     d = torch.tensor([0, int(d[1])])
-    blocks.append(("a draft the draft barely proposes (q(x) = 1e-12)", p, q, d))
+    blocks.append(("a draft the draft barely proposes (q(x) a trillionth)", p, q, d))
     return blocks
 
 
