@@ -19,9 +19,11 @@ early ride along (their work is discarded) until the last one is done.
 Both loops take the same lean steps (``model.ragged.batch_steps``): for a batch,
 ``RaggedSteps`` (one ``index_copy_`` per layer writes every row's keys and values at its
 own slots; the ragged mask is rows of the causal bias, selected, never built); for one row,
-the batch-1 ``LeanStep``, and speculation then also takes the folded draft step and the
-batch-1 verifier, as ``speculative_generate`` does. So the baseline is never a slower step
-than the speculating arm's, and ``bench.batch_call_costs`` times these same calls. The
+the batch-1 ``LeanStep``. Speculation on one row with the token rule is
+``speculative_generate`` itself (its folded draft step, its verifier, its NumPy commits: a
+batch of one has nothing to share out); with the block rule it takes the folded draft step.
+So the baseline is never a slower step than the speculating arm's, and
+``bench.batch_call_costs`` times these same calls. The
 positions are the loop's committed lengths, so rollback is nothing at all; the per-row
 bookkeeping (lengths, the commit as one indexed write, the accept counts) is NumPy on the
 tensors' memory, with no Python per row.
@@ -43,8 +45,9 @@ from ..devices import with_native_cpu_kernels
 from ..model import CharGPT, FoldedStep, check_model
 from ..model.ragged import batch_steps
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
-from ..verifier import VerifierInputs, rejection_sample_row
+from ..verifier import VerifierInputs
 from .plain import gumbel
+from .speculative import speculative_generate
 from .stats import SpecStats
 
 __all__ = ["check_prompts", "generate_batch", "speculative_generate_batch"]
@@ -191,6 +194,19 @@ def speculative_generate_batch(
     stats = SpecStats(k=k)
     if max_new_tokens == 0:
         return ids.clone(), stats
+    if B == 1 and verify == "token":  # one row: the batch-1 loop itself (its steps, its rule)
+        out1, stats = speculative_generate(
+            target,
+            draft,
+            ids[0],
+            max_new_tokens,
+            k=k,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+        )
+        return out1[None], stats
     # k + 1 spare columns: a row's commit writes K + 1 tokens at n_b .. n_b + K (those past
     # its accepted ones land where it has not committed yet, and a later commit overwrites
     # them, or in the spare columns), so one indexed write serves every row.
@@ -291,13 +307,6 @@ def speculative_generate_batch(
                     VerifierInputs(ids_t, q.contiguous(), p, u.contiguous(), e)
                 )
                 tok, a = res.token_ids.numpy(), res.num_accepted.numpy()
-            elif B == 1:  # one row: the batch-1 verifier (same rule, same tokens)
-                new, a0 = rejection_sample_row(
-                    drafts[0], q[0].numpy(), p[0].numpy(), u.numpy()[0].tolist(), e.numpy()[0]
-                )
-                a = np.array([a0])
-                tok = tokens[:, : a0 + 1]
-                tok[0] = new
             else:
                 a, new = _token_verify(drafts, q.numpy(), p.numpy(), u.numpy(), e.numpy())
                 tokens[:, :K] = drafts
