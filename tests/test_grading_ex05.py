@@ -213,3 +213,27 @@ def test_untouched_stub_is_not_attempted_and_a_plain_function_is_an_error():
     assert run_check("ex05.race_kernel", race_stub).status == "not attempted"
     r = run_check("ex05.race_kernel", race_not_a_kernel)
     assert r.status == "error" and "@triton.jit" in r.report(), r.report()
+
+
+def test_lesson_05_does_not_show_the_race_loop_the_exercise_asks_for():
+    # The lesson prints the package's race kernel without its tile loop (the running best
+    # over tiles), neither in a code cell nor in an output.
+    import json
+    from pathlib import Path
+
+    import specdec_course
+
+    source = Path(specdec_course.kernels.rejection.__file__).read_text()
+    loop = source[source.index("    for start in range(lo, hi, BLOCK_V):") :]
+    loop_lines = [l.strip() for l in loop.split("    if SPLIT:")[0].splitlines() if l.strip()]
+    assert len(loop_lines) > 20  # the loop as the package has it
+    path = Path(__file__).resolve().parent.parent / "lessons" / "05_triton_verifier.ipynb"
+    shown = []
+    for cell in json.loads(path.read_text())["cells"]:
+        shown.append("".join(cell["source"]))
+        for out in cell.get("outputs", []):
+            shown.append("".join(out.get("text", "")))
+            shown.append("".join(out.get("data", {}).get("text/plain", "")))
+    text = "\n".join(shown)
+    printed = [l for l in loop_lines if l.startswith(("better_w", "idx_w", "tile_w", "arg_w"))]
+    assert printed and not any(l in text for l in printed), "lesson 05 prints the race loop"
