@@ -337,6 +337,40 @@ class NgramDraft:
     def commit(self, ids, n) -> None:
         pass  # the counts are fixed: nothing to roll back
 
+    def propose_rows(self, sampling, ids: np.ndarray, n: np.ndarray, K: int, u, toks, rows):
+        """``K`` drafts for every row of a batch (``decoding.batched``'s proposal).
+
+        ``ids`` int64 ``[B, ≥ max(n)]`` committed tokens (row ``b`` has ``n[b]``), ``u``
+        float64 ``[B, ≥ K]`` uniforms in ``[0, 1)`` for the inverse-CDF draws (``None`` for
+        greedy: the row's argmax), ``toks`` / ``rows`` int64 ``[B, ≥ K]`` written with the
+        drafts and the table row each was drawn from; the drafts' ``q`` is
+        ``self.sampling_rows(sampling)[rows]``, exactly what they were drawn from. The same
+        draws as ``propose`` makes for one sequence from the same uniforms."""
+        V, L = self.vocab_size, self.order - 1
+        _, cum, argmax = self._sampling_tables(sampling)
+        memo, mod = self._next, V**L
+        for b in range(ids.shape[0]):
+            nb = int(n[b])
+            code, length = self._context(ids[b, max(0, nb - L) : nb].tolist())
+            r = self._row(code, length)
+            ub = None if u is None else u[b]
+            tb, rb = toks[b], rows[b]
+            for j in range(K):
+                t = argmax[r] if ub is None else bisect_right(cum[r], ub[j])
+                tb[j], rb[j] = t, r
+                if j + 1 < K:
+                    if L:
+                        code = (code * V + t) % mod
+                        length = min(length + 1, L)
+                    key = r * V + t
+                    nxt = memo.get(key)
+                    r = self._next_row(key, code, length) if nxt is None else nxt
+
+    def sampling_rows(self, sampling) -> np.ndarray:
+        """The float32 ``q`` table (``[rows, V]``, a NumPy view) that drafts under
+        ``sampling`` are drawn from: the rows ``propose_rows`` reports."""
+        return self._sampling_tables(sampling)[0].cpu().numpy()
+
     def __repr__(self) -> str:
         return (
             f"NgramDraft(order={self.order}, discount={self.discount}, "

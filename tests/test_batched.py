@@ -242,3 +242,99 @@ def test_batch_call_costs_time_the_loops_own_steps():
     calls = bench.batch_call_costs(target, draft, (1, 2), sizes=(1, 2), repeats=1)
     assert calls["batch_sizes"] == [1, 2] and len(calls["target_s"]) == 2
     assert all(t > 0 for row in calls["target_s"] for t in row) and min(calls["draft_s"]) > 0
+    assert calls["warm"] is True  # each timed call follows an untimed one of itself
+    cold = bench.batch_call_costs(target, draft, (1,), sizes=(1, 2), repeats=1, warm=False)
+    assert cold["warm"] is False and len(cold["target_s"][0]) == 2
+    from specdec_course.distilled import load_distilled
+
+    table = bench.batch_call_costs(target, load_distilled(), (1, 2), sizes=(1, 3), repeats=1)
+    assert min(table["draft_s"]) > 0 and "table" in table["steps"]
+
+
+@pytest.fixture(scope="module")
+def tiny_table():
+    """An order-3 n-gram over the tiny models' 3 symbols, counted from a skewed random text
+    (so its rows differ from context to context and from the target's)."""
+    from specdec_course.ngram import NgramDraft
+
+    g = torch.Generator().manual_seed(5)
+    ids = torch.multinomial(torch.tensor([0.6, 0.3, 0.1]), 400, replacement=True, generator=g)
+    return NgramDraft(order=3, ids=ids, vocab="abc")
+
+
+@pytest.mark.parametrize("verify", ["token", "block"])
+def test_batched_speculation_with_an_ngram_draft_follows_the_target(tiny, tiny_table, verify):
+    # Same test and false-failure rate as the draft model's (module docstring).
+    target, _ = tiny
+    prompt = torch.tensor([0, 1])
+    g = torch.Generator().manual_seed(4)
+    out, st = speculative_generate_batch(
+        target, tiny_table, prompt.expand(ROWS, -1), LENGTH, k=3, generator=g, verify=verify
+    )
+    res = _law(out[:, 2:], target, prompt)
+    assert res.false_failure_rate < 1e-8
+    assert res.passed, str(res)
+    assert len(set(st.accepted_per_iteration)) > 2
+
+
+def test_the_ngram_draft_reports_the_q_it_draws_from(tiny_table):
+    # propose_rows draws each row's drafts by inverse CDF from the table rows it reports: the
+    # same tokens as NgramDraft.propose makes for one sequence from the same uniforms.
+    import numpy as np
+
+    from specdec_course.sampling import SamplingOptions
+
+    smp = SamplingOptions(1.0)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 3, (50, 9))
+    n = rng.integers(1, 10, 50)
+    u = rng.random((50, 4))
+    toks, rows = np.empty((50, 4), np.int64), np.empty((50, 4), np.int64)
+    tiny_table.propose_rows(smp, ids, n, 4, u, toks, rows)
+    q = tiny_table.sampling_rows(smp)
+    for b in range(50):
+        ctx = ids[b, : n[b]].tolist()
+        for j in range(4):
+            law = tiny_table.probs(torch.tensor(ctx, dtype=torch.long)).float().numpy()
+            assert np.array_equal(q[rows[b, j]], law)
+            assert toks[b, j] == int(
+                np.searchsorted(np.cumsum(law.astype(np.float64)), u[b, j], "right")
+            )
+            ctx.append(int(toks[b, j]))
+
+
+def test_until_first_stops_at_the_first_finished_row_with_exact_rows(tiny):
+    # The steady-state run: it stops once one row has max_new_tokens; every row holds only
+    # what it committed (-1 after), the same tokens as the full run from the same seed.
+    target, draft = tiny
+    prompt = torch.tensor([0, 1])
+    B, m = 4, 7
+    full, _ = speculative_generate_batch(
+        target, draft, prompt.expand(B, -1), m, k=3, generator=torch.Generator().manual_seed(6)
+    )
+    g = torch.Generator().manual_seed(6)
+    out, st = speculative_generate_batch(
+        target, draft, prompt.expand(B, -1), m, k=3, generator=g, until="first"
+    )
+    done = (out[:, 2:] >= 0).sum(1)
+    assert int(done.max()) == m and st.emitted == int(done.sum())
+    for b in range(B):  # committed tokens first, then only -1
+        kept = out[b, 2 : 2 + int(done[b])]
+        assert torch.equal(kept, full[b, 2 : 2 + int(done[b])])
+        assert (out[b, 2 + int(done[b]) :] == -1).all()
+    with pytest.raises(ValueError, match="until"):
+        speculative_generate_batch(target, draft, prompt.expand(2, -1), 2, until="some")
+
+
+def test_greedy_batched_ngram_speculation_is_the_targets_greedy_text():
+    from specdec_course.data import CharTokenizer
+    from specdec_course.distilled import load_distilled
+
+    target, table = load_pretrained("target"), load_distilled()
+    tok = CharTokenizer()
+    prompts = torch.stack(
+        [tok.encode(s)[-8:] for s in ["ROMEO:\nWhat", "JULIET:\nO R", "KING:\nThe "]]
+    )
+    out, st = speculative_generate_batch(target, table, prompts, 40, k=5, temperature=0.0)
+    assert torch.equal(out, generate_batch(target, prompts, 40, temperature=0.0))
+    assert st.accepted > 0

@@ -249,3 +249,30 @@ def test_bad_inputs_raise_the_verifiers_clear_errors():
         block_verify(torch.zeros(1, 2, dtype=torch.long), None, p * 10)
     with pytest.raises(ValueError, match=r"\[B, K \+ 1, V\]"):
         block_verify(torch.zeros(1, 3, dtype=torch.long), None, p)
+
+
+def test_measure_block_reports_the_difference_and_its_paired_standard_error():
+    """The bench's standard error of block - token-wise accepted drafts per iteration, with
+    each (run, prompt) decode one unit: a hand computation of the delta-method formula, and
+    a measured row whose diff is block_accepted - token_accepted."""
+    from specdec_course import bench
+    from specdec_course.bench.beyond import _paired_ratio_se
+    from specdec_course.data import CharTokenizer
+    from specdec_course.model import load_pretrained
+
+    a, b = [(3, 2), (5, 4), (1, 2)], [(2, 2), (4, 4), (2, 3)]
+    ra, rb = 9 / 8, 8 / 9
+    ea = [(x - ra * n) / (8 / 3) for x, n in a]
+    eb = [(x - rb * n) / (9 / 3) for x, n in b]
+    want = (sum((u - v) ** 2 for u, v in zip(ea, eb)) / (3 * 2)) ** 0.5
+    assert abs(_paired_ratio_se(a, b) - want) < 1e-12
+    assert _paired_ratio_se(a[:1], b[:1]) == 0.0  # one unit: no spread to measure
+    assert _paired_ratio_se(a, a) == 0.0  # identical arms: no difference
+
+    target, draft = load_pretrained("target"), load_pretrained("draft")
+    prompts = bench.validation_prompts(CharTokenizer(target.vocab), n=2, length=16)
+    rec = bench.measure_block(target, draft, prompts, ks=(3,), runs=2, max_new_tokens=30)
+    (row,) = rec["rows"]
+    assert rec["units"] == 4
+    assert abs(row["diff"] - (row["block_accepted"] - row["token_accepted"])) < 1e-12
+    assert 0 < row["diff_se"] < 3  # accepted drafts per iteration lie in 0 .. k

@@ -1,7 +1,10 @@
 """The cost story of lessons 04 and 07 is the stored record's: every c value and speedup
 their committed outputs print from data/results/speedup_cpu.json is the record's figure at
 the printed precision, and their prose types no c value or speedup a record could contradict
-(lesson 04 defines c_call and c_loop once; later lessons print them)."""
+(lesson 04 defines c_call and c_loop once; later lessons print them). Lessons 06, 08 and 09
+print their verdicts on the stored records (Medusa against plain decoding and the draft
+model, the controller against the best fixed k, block against token-wise verification) from
+the records, with words chosen from the figures."""
 
 import json
 import re
@@ -31,7 +34,12 @@ def outputs(path) -> str:
     parts = []
     for c in _cells(path, "code"):
         for o in c.get("outputs", []):
-            parts.append(_text(o.get("text", "")) or _text(o.get("data", {}).get("text/plain", "")))
+            data = o.get("data", {})
+            parts.append(
+                _text(o.get("text", ""))
+                or _text(data.get("text/markdown", ""))
+                or _text(data.get("text/plain", ""))
+            )
     return "\n".join(parts)
 
 
@@ -114,8 +122,62 @@ def _prose_hits(path):
     return hits
 
 
+def _compare(x, y):
+    # the lessons' words for speedup x against y at the two decimals they print
+    x, y = round(x, 2), round(y, 2)
+    return "beats" if x > y else ("matches" if x == y else "trails")
+
+
+def test_lesson_06_prints_the_records_medusa_verdicts(record):
+    out = outputs(ROOT / "lessons" / "06_tiny_medusa.ipynb")
+    for res in record["results"]:
+        top = max(res["medusa"], key=lambda r: r["measured_speedup"])
+        rival = bench.best_row(res, "draft")
+        x, y = top["measured_speedup"], rival["measured_speedup"]
+        line = (
+            f"`{top['tree']}` ({top['nodes']} nodes, {top['tokens_per_target_call']:.2f} tokens "
+            f"per target call) runs at {x:.2f}x: it **{_compare(x, 1.0)}** plain decoding and "
+            f"**{_compare(x, y)}** the draft model's best ({y:.2f}x at k = {rival['k']}"
+        )
+        assert line in out, line
+
+
+def test_lesson_08_prints_the_records_dynamic_verdicts():
+    rec = bench.load_beyond_results()
+    out = outputs(ROOT / "lessons" / "08_when_speculation_pays.ipynb")
+    rows = {r["name"]: r for r in rec["dynamic"]["rows"]}
+    best = max(
+        (r for r in rows.values() if r["name"].startswith("fixed")), key=lambda r: r["speedup"]
+    )
+    f_ctl = rows["controller"]["speedup"] / best["speedup"]
+    assert f"The controller reaches **{f_ctl:.2f}** of the best fixed $k$'s speedup" in out
+    assert f"5-token call costs {rec['batch_call_costs']['ratio'][0]:.2f} one-token calls" in out
+
+
+def test_lesson_09_prints_the_records_block_rows_with_their_standard_errors():
+    blk = bench.load_beyond_results()["block"]
+    out = outputs(ROOT / "lessons" / "09_block_verification.ipynb")
+    for r in blk["rows"]:
+        assert f"| {r['gain']:18.3f} | {r['diff']:+.3f} ({r['diff_se']:.3f})" in out, r["k"]
+    for run in bench.load_eagle_results()["runs"]:
+        e, d = run["methods"]["eagle"]["best_speedup"], run["methods"]["draft"]["best_speedup"]
+        t = run["temperature"]
+        word = _compare(e, d)
+        assert (
+            f"at temperature {t:g} it **{word}** the draft model ({e:.2f}x against {d:.2f}x)" in out
+        )
+
+
 @pytest.mark.parametrize(
-    "name", ["04_speculative_decoding", "05_triton_verifier", "07_ngram_draft"]
+    "name",
+    [
+        "04_speculative_decoding",
+        "05_triton_verifier",
+        "06_tiny_medusa",
+        "07_ngram_draft",
+        "08_when_speculation_pays",
+        "09_block_verification",
+    ],
 )
 def test_prose_types_no_c_value_or_speedup(name):
     assert _prose_hits(ROOT / "lessons" / f"{name}.ipynb") == []

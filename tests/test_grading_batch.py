@@ -66,6 +66,10 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
         "ex07_untouched": _read("exercises", "ex07_tree_walk.ipynb"),
         "ex08_solved": _read("solutions", "ex08_dynamic_k.ipynb"),
         "ex08_untouched": _read("exercises", "ex08_dynamic_k.ipynb"),
+        "ex09_solved": _read("solutions", "ex09_ngram_proposer.ipynb"),
+        "ex09_untouched": _read("exercises", "ex09_ngram_proposer.ipynb"),
+        "ex10_solved": _read("solutions", "ex10_block_thresholds.ipynb"),
+        "ex10_untouched": _read("exercises", "ex10_block_thresholds.ipynb"),
         "ex01_infinite_loop": _defs_only(sol1, [new_code_cell("while True:\n    pass")]),
         "ex01_ignores_interrupt": _defs_only(
             sol1,
@@ -199,6 +203,8 @@ def test_submissions_are_never_modified(graded):
         "ex06_solved",
         "ex07_solved",
         "ex08_solved",
+        "ex09_solved",
+        "ex10_solved",
     ],
 )
 def test_solution_notebooks_get_full_marks(graded, name):
@@ -209,7 +215,15 @@ def test_solution_notebooks_get_full_marks(graded, name):
 
 @pytest.mark.parametrize(
     "name",
-    ["ex01_untouched", "ex02_untouched", "ex06_untouched", "ex07_untouched", "ex08_untouched"],
+    [
+        "ex01_untouched",
+        "ex02_untouched",
+        "ex06_untouched",
+        "ex07_untouched",
+        "ex08_untouched",
+        "ex09_untouched",
+        "ex10_untouched",
+    ],
 )
 def test_untouched_exercises_get_zero_as_not_attempted(graded, name):
     rows = graded["rows"][name]

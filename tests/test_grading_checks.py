@@ -23,7 +23,15 @@ from specdec_course.grading.judge import ex01, ex02
 
 
 def residual_ok(p, q):
+    # Row by row over the last axis: one position [V], or a batch of rows [..., V].
     r = (p - q).clamp(min=0)
+    total = r.sum(-1, keepdim=True)
+    return torch.where(total > 0, r / total.clamp_min(1e-300), p)
+
+
+def lesson_01_residual(p, q):
+    # Lesson 01's cell (section 2), with the p == q guard it leaves out: one position only.
+    r = torch.clamp(p - q, min=0)
     return r / r.sum() if r.sum() > 0 else p.clone()
 
 
@@ -71,7 +79,7 @@ def optimal_gamma_ok(alphas, c, target_cost):
 
 
 CORRECT = {
-    "ex01.residual_distribution": sampling.residual_distribution,
+    "ex01.residual_distribution": ex01._reference_residual,
     "ex01.speculative_sample": sampling.speculative_sample,
     "ex01.chi_square_p_value": p_value_ok,
     "ex02.expected_tokens": expected_tokens_ok,
@@ -209,6 +217,28 @@ def test_nan_when_p_equals_q_is_caught():
         return r / r.sum()
 
     _fails("ex01.residual_distribution", no_guard, "p == q")
+
+
+def test_lesson_01s_residual_fails_the_batch_cases():
+    # The lesson's cell as printed: NaN on the p == q position.
+    def lesson_cell(p, q):
+        r = torch.clamp(p - q, min=0)
+        return r / r.sum()
+
+    _fails("ex01.residual_distribution", lesson_cell, "p == q")
+    # Even with the guard, one sum for the whole batch mixes the rows.
+    res = _fails("ex01.residual_distribution", lesson_01_residual, "whole batch by one sum")
+    assert [c.passed for c in res.cases[:5]] == [True] * 5, res.report()  # the 1-D cases pass
+
+
+def test_a_batch_row_with_p_equal_to_q_is_caught():
+    def guard_for_one_position(p, q):  # per-row sums, but the p == q guard only for 1-D
+        r = (p - q).clamp(min=0)
+        if p.dim() == 1:
+            return lesson_01_residual(p, q)
+        return r / r.sum(-1, keepdim=True)
+
+    _fails("ex01.residual_distribution", guard_for_one_position, "row 1 of the batch", "p == q")
 
 
 def test_residual_of_q_minus_p_is_caught():

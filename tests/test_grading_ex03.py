@@ -42,13 +42,32 @@ def rollback(K, V, lengths, num_rejected):
     return lengths - num_rejected  # nothing to clear: the next step overwrites them
 
 
-def measure_alpha(target, draft, x, temperature):
+def measure_alpha(target, draft, x, lengths, temperature):
+    with torch.no_grad():
+        lp, lq = target(x).double(), draft(x).double()
+    text = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+    if temperature == 0:
+        return (lp.argmax(-1) == lq.argmax(-1))[text].double().mean().item()
+    p, q = F.softmax(lp / temperature, -1), F.softmax(lq / temperature, -1)
+    return torch.minimum(p, q).sum(-1)[text].mean().item()
+
+
+def lesson_03_alpha(target, draft, x, lengths, temperature):
+    # Lesson 03's cells (sections 6 and 7): the mean over every position of the windows.
     with torch.no_grad():
         lp, lq = target(x).double(), draft(x).double()
     if temperature == 0:
         return (lp.argmax(-1) == lq.argmax(-1)).double().mean().item()
     p, q = F.softmax(lp / temperature, -1), F.softmax(lq / temperature, -1)
     return torch.minimum(p, q).sum(-1).mean().item()
+
+
+def alpha_row_means(target, draft, x, lengths, temperature):
+    rows = [
+        measure_alpha(target, draft, x[n : n + 1, :m], torch.tensor([m]), temperature)
+        for n, m in enumerate(lengths.tolist())
+    ]
+    return sum(rows) / len(rows)
 
 
 # ----------------------------------------------------------------------------- mistakes
@@ -131,12 +150,12 @@ def rollback_in_place(K, V, lengths, num_rejected):
     return new
 
 
-def alpha_is_tv(target, draft, x, temperature):
-    return 1 - measure_alpha(target, draft, x, temperature)
+def alpha_is_tv(target, draft, x, lengths, temperature):
+    return 1 - measure_alpha(target, draft, x, lengths, temperature)
 
 
-def alpha_ignores_temperature(target, draft, x, temperature):
-    return measure_alpha(target, draft, x, 1.0)
+def alpha_ignores_temperature(target, draft, x, lengths, temperature):
+    return measure_alpha(target, draft, x, lengths, 1.0)
 
 
 def stub(*args):
@@ -199,7 +218,13 @@ def test_wrong_rollback_fails(wrong):
 
 
 @pytest.mark.parametrize(
-    "wrong, says", [(alpha_is_tv, "TV distance"), (alpha_ignores_temperature, "temperature")]
+    "wrong, says",
+    [
+        (alpha_is_tv, "TV distance"),
+        (alpha_ignores_temperature, "temperature"),
+        (lesson_03_alpha, "averaged over the padding"),
+        (alpha_row_means, "each row, then the rows"),
+    ],
 )
 def test_wrong_alpha_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex03.measure_alpha", wrong)

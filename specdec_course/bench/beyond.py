@@ -30,6 +30,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .._validate import check_int, check_real
@@ -171,7 +172,13 @@ def measure_dynamic(
 
 
 def batch_call_costs(
-    target, draft, batch_sizes=BATCH_SIZES, sizes=(1, 2, 3, 5), repeats: int = 30
+    target,
+    draft,
+    batch_sizes=BATCH_SIZES,
+    sizes=(1, 2, 3, 5),
+    repeats: int = 30,
+    *,
+    warm: bool = True,
 ) -> dict:
     """At each ``B``: seconds of the calls the batched loops make, after a 64-token context.
 
@@ -180,19 +187,24 @@ def batch_call_costs(
     larger size the speculative loop's target call over that many tokens per row at the
     rows' own positions; ``draft_s`` the loop's one-token draft step (at ``B = 1`` the
     folded step of a one-layer draft, as the loop takes). Round-robin over everything,
-    median kept. Returns ``{"batch_sizes", "sizes", "target_s" [B][size], "draft_s" [B],
-    "ratio", "steps"}`` (``ratio``: the largest size's call over the one-token call; near 1
-    means verifying drafts is nearly free)."""
+    median kept. ``warm``: each timed call follows an untimed call of itself, as in a
+    decoding loop, which repeats one step; ``warm=False`` times each call right after the
+    previous job's (another ``B``'s, whose buffers evict this one's from the CPU's caches).
+    Returns ``{"batch_sizes", "sizes", "target_s" [B][size], "draft_s" [B], "ratio", "steps",
+    "warm"}`` (``ratio``: the largest size's call over the one-token call; near 1 means
+    verifying drafts is nearly free)."""
     with torch.inference_mode():
-        return _batch_call_costs(target, draft, batch_sizes, list(sizes), repeats)
+        return _batch_call_costs(target, draft, batch_sizes, list(sizes), repeats, warm)
 
 
-def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
+def _batch_call_costs(target, draft, batch_sizes, sizes, repeats, warm=True):
     from ..model import FoldedStep
     from ..model.ragged import batch_steps
+    from ..sampling import SamplingOptions
 
     V = target.config.vocab_size
-    jobs = []  # (B index, is_draft, size, call)
+    table = callable(getattr(draft, "propose_rows", None))  # an n-gram table as the draft
+    jobs = []  # (B index, is_draft, size, call, drafted positions it stands for)
     for bi, B in enumerate(batch_sizes):
         ids = torch.randint(V, (B, 64 + max(sizes)))
         slots = torch.full((B, 1), 64) + torch.arange(max(sizes))
@@ -204,7 +216,20 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
                 call = partial(ts.step_shared, ids[:, 64:65], 64, out[:B])
             else:
                 call = partial(ts.step, ids[:, 64 : 64 + n], slots[:, :n], 64 + n, out[: B * n])
-            jobs.append((bi, False, n, call))
+            jobs.append((bi, False, n, call, 1))
+        if table:  # K drafts per row and their q rows, as the loop takes them; per draft
+            K = max(sizes) - 1
+            smp = SamplingOptions(1.0)
+            q_rows, ids_h, n_h = draft.sampling_rows(smp), ids.numpy(), np.full(B, 64)
+            u = np.random.default_rng(0).random((B, K))
+            toks, rows = np.empty((B, K), np.int64), np.empty((B, K), np.int64)
+
+            def call(ids_h=ids_h, n_h=n_h, u=u, toks=toks, rows=rows, q_rows=q_rows, smp=smp, K=K):
+                draft.propose_rows(smp, ids_h, n_h, K, u, toks, rows)
+                torch.from_numpy(q_rows[rows])
+
+            jobs.append((bi, True, 1, call, K))
+            continue
         fold = draft.draft_step() if B == 1 else None
         if isinstance(fold, FoldedStep):
             fc = fold.new_cache()
@@ -217,20 +242,28 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
             dstep = batch_steps(draft, B)
             dstep.prefill(ids[:, :64])
             call = partial(dstep.step, ids[:, 64:65], slots[:, :1], 65, out[:B])
-        jobs.append((bi, True, 1, call))
+        jobs.append((bi, True, 1, call, 1))
     runs: list[list[float]] = [[] for _ in jobs]
     with native_cpu_kernels():  # as the decoding loops run
         for r in range(repeats + 3):
-            for (_, _, _, call), sink in zip(jobs, runs):
+            for (_, _, _, call, _), sink in zip(jobs, runs):
+                # Warm: one untimed call first. The jobs since this one's last call (every
+                # other B's, up to B = 512) evict its weights and cache from the CPU's
+                # caches, while a decoding loop repeats one step. Timed cold, the first job
+                # of a round (B = 1's one-token call, right after B = 512's) paid for bringing
+                # the target's weights back, and cost more than B = 1's five-token call,
+                # which came after it and found them there.
+                if warm:
+                    call()
                 t0 = _clock()
                 call()
                 if r >= 3:
                     sink.append(_clock() - t0)
     target_s = [[0.0] * len(sizes) for _ in batch_sizes]
     draft_s = [0.0] * len(batch_sizes)
-    for (bi, is_draft, n, _), sink in zip(jobs, runs):
+    for (bi, is_draft, n, _, per), sink in zip(jobs, runs):
         if is_draft:
-            draft_s[bi] = statistics.median(sink)
+            draft_s[bi] = statistics.median(sink) / per
         else:
             target_s[bi][sizes.index(n)] = statistics.median(sink)
     return {
@@ -239,7 +272,9 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats):
         "target_s": target_s,
         "draft_s": draft_s,
         "ratio": [t[-1] / t[0] for t in target_s],
-        "steps": "decoding.batched's own (model.ragged.batch_steps), logits included",
+        "steps": "decoding.batched's own (model.ragged.batch_steps), logits included"
+        + ("; the draft: a table's proposal, per drafted position" if table else ""),
+        "warm": warm,
     }
 
 
@@ -289,12 +324,18 @@ def measure_batch(
 ) -> dict:
     """Tokens per second of batched plain and speculative decoding against ``B``.
 
-    ``prompts`` int64 ``[max(batch_sizes), T]``; batch ``B`` decodes its first ``B`` rows.
-    Per repeat (after one untimed round), every ``B`` runs plain and each ``k`` in turn.
-    Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s": {k: ...}, "speedup": {k: ...},
-    "best_k", "alpha"}],
-    "crossover_B"}``: ``crossover_B`` is the smallest ``B`` where no ``k`` beats plain
-    decoding (``None`` if speculation pays at every measured ``B``).
+    ``prompts`` int64 ``[max(batch_sizes), T]``; batch ``B`` decodes its first ``B`` rows;
+    ``draft`` a ``CharGPT`` or an n-gram table (``speculative_generate_batch``'s drafts).
+    Per repeat (after one untimed round), every ``B`` runs plain and each ``k`` in turn, the
+    speculative loop twice: to the end of every row (a static batch: rows that finish early
+    wait for the slowest, ``speedup``) and until the first row is done (every row decoding:
+    the steady state of continuous batching, ``steady_speedup``, which is what
+    :func:`batch_ceiling` prices). Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s",
+    "speedup", "steady_speedup" (each {k: ...}), "utilization" {k: the fraction of row
+    iterations a static batch spends on rows still decoding}, "best_k", "best_speedup",
+    "best_steady_k", "best_steady_speedup", "alpha"}], "crossover_B", "steady_crossover_B"}``:
+    a crossover is the smallest ``B`` where no ``k`` beats plain decoding (``None`` if
+    speculation pays at every measured ``B``).
     """
     check_run(target=target, drafts={"draft": draft}, prompts=prompts, prompt_dim=2, ks=ks)
     check_run(repeats=repeats, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature)
@@ -303,18 +344,22 @@ def measure_batch(
     from ..decoding import SpecStats
     from ..decoding.batched import generate_batch, speculative_generate_batch
 
-    times = {(B, k): [] for B in batch_sizes for k in (0, *ks)}
+    runs = [(0, "all")] + [(k, until) for k in ks for until in ("all", "first")]
+    times = {(B, k, u): [] for B in batch_sizes for k, u in runs}
+    tokens = {(B, k, u): 0 for B in batch_sizes for k, u in runs}
     agg = {B: SpecStats(k=max(ks)) for B in batch_sizes}
+    busy = {(B, k): [0, 0] for B in batch_sizes for k in ks}  # row iterations, B * calls
     for rep in range(-1, repeats):  # round -1 warms up every shape, untimed
         for B in batch_sizes:
             rows = prompts[:B]
-            for k in (0, *ks):
+            for k, until in runs:
                 g = torch.Generator().manual_seed(seed + rep)
                 t0 = _clock()
                 if k == 0:
                     generate_batch(
                         target, rows, max_new_tokens, temperature=temperature, generator=g
                     )
+                    n = B * max_new_tokens
                 else:
                     _, st = speculative_generate_batch(
                         target,
@@ -324,28 +369,47 @@ def measure_batch(
                         k=k,
                         temperature=temperature,
                         generator=g,
+                        until=until,
                     )
-                    if k == max(ks) and rep >= 0:
-                        agg[B].add(st)
+                    n = st.emitted
+                    if rep >= 0 and until == "all":
+                        busy[B, k][0] += st.iterations
+                        busy[B, k][1] += B * st.target_calls
+                        if k == max(ks):
+                            agg[B].add(st)
                 if rep >= 0:
-                    times[B, k].append(_clock() - t0)
+                    times[B, k, until].append(_clock() - t0)
+                    tokens[B, k, until] += n
     out = []
     for B in batch_sizes:
-        med = {k: statistics.median(times[B, k]) for k in (0, *ks)}
-        speed = {k: med[0] / med[k] for k in ks}
+        # tokens per second of each run kind: all its tokens over the median run's share
+        rate = {
+            key: tokens[key] / (statistics.median(times[key]) * repeats)
+            for key in times
+            if key[0] == B
+        }
+        plain = rate[B, 0, "all"]
+        speed = {k: rate[B, k, "all"] / plain for k in ks}
+        steady = {k: rate[B, k, "first"] / plain for k in ks}
         best = max(ks, key=lambda k: speed[k])
+        best_s = max(ks, key=lambda k: steady[k])
         out.append(
             {
                 "B": B,
-                "plain_tok_s": B * max_new_tokens / med[0],
-                "spec_tok_s": {str(k): B * max_new_tokens / med[k] for k in ks},
+                "plain_tok_s": plain,
+                "spec_tok_s": {str(k): rate[B, k, "all"] for k in ks},
                 "speedup": {str(k): speed[k] for k in ks},
+                "steady_speedup": {str(k): steady[k] for k in ks},
+                "utilization": {str(k): busy[B, k][0] / busy[B, k][1] for k in ks},
                 "best_k": best,
                 "best_speedup": speed[best],
+                "best_steady_k": best_s,
+                "best_steady_speedup": steady[best_s],
                 "alpha": min(agg[B].acceptance_rate, 1.0),
             }
         )
     losing = [r["B"] for r in out if r["best_speedup"] < 1.0]
+    losing_s = [r["B"] for r in out if r["best_steady_speedup"] < 1.0]
     return {
         "temperature": temperature,
         "repeats": repeats,
@@ -353,6 +417,7 @@ def measure_batch(
         "ks": list(ks),
         "rows": out,
         "crossover_B": min(losing) if losing else None,
+        "steady_crossover_B": min(losing_s) if losing_s else None,
     }
 
 
@@ -362,8 +427,11 @@ def measure_block(
     """Accepted drafts per target call, token-wise against block verification (temperature 1).
 
     Both verifiers decode every prompt ``runs`` times from the same seeds. Returns ``{"rows":
-    [{"k", "token_accepted", "block_accepted", "gain"}]}`` (mean accepted drafts per
-    iteration; ``gain`` = block / token)."""
+    [{"k", "token_accepted", "block_accepted", "gain", "diff", "diff_se"}]}`` (mean accepted
+    drafts per iteration; ``gain`` = block / token, ``diff`` = block - token). ``diff_se`` is
+    the standard error of ``diff`` with each (run, prompt) decode as one unit, both verifiers'
+    decodes of a unit paired (same seed): the iterations of one decode are not independent,
+    the decodes are. ``units`` = runs x prompts."""
     check_run(target=target, drafts={"draft": draft}, prompts=prompts, ks=ks)
     check_int(runs, "runs")
     check_int(max_new_tokens, "max_new_tokens")
@@ -372,6 +440,7 @@ def measure_block(
     rows = []
     for k in ks:
         agg = {v: SpecStats(k=k) for v in ("token", "block")}
+        units = {v: [] for v in agg}  # (accepted, iterations) of each decode
         for r in range(runs):
             for i, prompt in enumerate(prompts):
                 for v in agg:
@@ -380,6 +449,7 @@ def measure_block(
                         target, draft, prompt, max_new_tokens, k=k, generator=g, verify=v
                     )
                     agg[v].add(st)
+                    units[v].append((st.accepted, st.iterations))
         tok, blk = agg["token"].mean_accepted, agg["block"].mean_accepted
         rows.append(
             {
@@ -389,9 +459,37 @@ def measure_block(
                 "token_tokens_per_call": agg["token"].tokens_per_target_call,
                 "block_tokens_per_call": agg["block"].tokens_per_target_call,
                 "gain": blk / tok,
+                "diff": blk - tok,
+                "diff_se": _paired_ratio_se(units["block"], units["token"]),
             }
         )
-    return {"runs": runs, "prompts": len(prompts), "max_new_tokens": max_new_tokens, "rows": rows}
+    return {
+        "runs": runs,
+        "prompts": len(prompts),
+        "units": runs * len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "rows": rows,
+    }
+
+
+def _paired_ratio_se(a: list, b: list) -> float:
+    """Standard error of sum(a.num)/sum(a.den) - sum(b.num)/sum(b.den) over paired units.
+
+    ``a``, ``b``: one (numerator, denominator) per unit, unit i of ``a`` paired with unit i of
+    ``b``. The linearised (delta-method) residual of a ratio estimator R = sum x / sum n at a
+    unit is (x - R n) / mean(n); the difference's residual is a's minus b's, and its standard
+    error is sqrt(sum e^2 / (m (m - 1))) over the m units. 0.0 for fewer than 2 units."""
+    m = len(a)
+    if m < 2:
+        return 0.0
+
+    def residuals(u):
+        num, den = sum(x for x, _ in u), sum(n for _, n in u)
+        r, mean_n = num / max(den, 1), max(den, 1) / m
+        return [(x - r * n) / mean_n for x, n in u]
+
+    e = [ea - eb for ea, eb in zip(residuals(a), residuals(b))]
+    return (sum(v * v for v in e) / (m * (m - 1))) ** 0.5
 
 
 def save_beyond_results(record: dict, command: str, out: str | Path | None = None) -> Path:

@@ -223,9 +223,11 @@ def measure_speedup(
     timing anything, for arguments that are not what they should be
     (``bench._args.check_run``).
     """
+    if not drafts and medusa_heads is None:
+        raise ValueError("nothing to measure: give drafts (a dict name -> draft) or medusa_heads")
     check_run(
         target=target,
-        drafts=drafts,
+        drafts=drafts or None,  # Medusa alone needs no draft
         prompts=prompts,
         ks=ks,
         repeats=repeats,

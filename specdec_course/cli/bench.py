@@ -354,6 +354,7 @@ def _beyond(args) -> int:
     """Dynamic k, the batch-size regime and block verification on this CPU (lessons 08, 09)."""
     from .. import bench
     from ..data import CharTokenizer
+    from ..distilled import load_distilled
     from ..model import load_pretrained
 
     torch.set_num_threads(1)
@@ -382,16 +383,22 @@ def _beyond(args) -> int:
         repeats=max(2, repeats - 2),
     )
     ceiling = bench.batch_ceiling(batch, calls)
-    for r, c_row, ratio in zip(batch["rows"], ceiling["rows"], calls["ratio"]):
-        print(
-            f"  B={r['B']:3d} plain {r['plain_tok_s']:8.0f} tok/s  best k={r['best_k']} "
-            f"{r['best_speedup']:.2f}x measured, {c_row['best_ceiling']:.2f}x ceiling "
-            f"(k={c_row['best_k']}; 5-token call = {ratio:.2f} x one token)"
-        )
-    print(
-        f"the measured loop stops paying at B = {batch['crossover_B']}, "
-        f"the ceiling at B = {ceiling['crossover_B']}"
+    _print_batch("draft model", batch, ceiling, calls)
+    # The same loop with the distilled n-gram as its draft: drafting is a table look-up per
+    # row, so the target call's growth with B is all that is left to price.
+    ngram = load_distilled()
+    ng_calls = bench.batch_call_costs(target, ngram, sizes, sizes=(1, 2, 3, 5, 7))
+    ng_batch = bench.measure_batch(
+        target,
+        ngram,
+        batch_prompts,
+        batch_sizes=sizes,
+        ks=(1, 2, 4, 6),
+        temperature=temperature,
+        repeats=max(2, repeats - 2),
     )
+    ng_ceiling = bench.batch_ceiling(ng_batch, ng_calls)
+    _print_batch("distilled n-gram", ng_batch, ng_ceiling, ng_calls)
     block = bench.measure_block(target, draft, prompts, runs=2 if args.quick else 5)
     for r in block["rows"]:
         print(
@@ -405,10 +412,33 @@ def _beyond(args) -> int:
         "batch_call_costs": calls,
         "batch": batch,
         "batch_ceiling": ceiling,
+        "batch_ngram_call_costs": ng_calls,
+        "batch_ngram": ng_batch,
+        "batch_ngram_ceiling": ng_ceiling,
         "block": block,
     }
     print(f"wrote {bench.save_beyond_results(record, command, args.out)}")
     return 0
+
+
+def _print_batch(name: str, batch: dict, ceiling: dict, calls: dict) -> None:
+    print(f"batched speculation, {name} as the draft (best k of each kind of run):")
+    for r, c_row, ratio in zip(batch["rows"], ceiling["rows"], calls["ratio"]):
+        k = str(r["best_steady_k"])
+        print(
+            f"  B={r['B']:3d} plain {r['plain_tok_s']:8.0f} tok/s | static batch "
+            f"{r['best_speedup']:.2f}x (k={r['best_k']}) | steady state "
+            f"{r['best_steady_speedup']:.2f}x (k={k}; a static batch's rows busy "
+            f"{r['utilization'][k]:.2f}) | ceiling "
+            f"{c_row['best_ceiling']:.2f}x (k={c_row['best_k']}) | measured/ceiling "
+            f"{r['best_steady_speedup'] / c_row['best_ceiling']:.2f} | largest call = "
+            f"{ratio:.2f} x one token"
+        )
+    print(
+        f"  speculation stops paying at B = {batch['crossover_B']} (static batch), "
+        f"{batch['steady_crossover_B']} (steady state), {ceiling['crossover_B']} (ceiling); "
+        "None: it pays at every B measured"
+    )
 
 
 def _add_roofline(what) -> None:

@@ -19,9 +19,11 @@ early ride along (their work is discarded) until the last one is done.
 Both loops take the same lean steps (``model.ragged.batch_steps``): for a batch,
 ``RaggedSteps`` (one ``index_copy_`` per layer writes every row's keys and values at its
 own slots; the ragged mask is rows of the causal bias, selected, never built); for one row,
-the batch-1 ``LeanStep``, and speculation then also takes the folded draft step and the
-batch-1 verifier, as ``speculative_generate`` does. So the baseline is never a slower step
-than the speculating arm's, and ``bench.batch_call_costs`` times these same calls. The
+the batch-1 ``LeanStep``. Speculation on one row with the token rule is
+``speculative_generate`` itself (its folded draft step, its verifier, its NumPy commits: a
+batch of one has nothing to share out); with the block rule it takes the folded draft step.
+So the baseline is never a slower step than the speculating arm's, and
+``bench.batch_call_costs`` times these same calls. The
 positions are the loop's committed lengths, so rollback is nothing at all; the per-row
 bookkeeping (lengths, the commit as one indexed write, the accept counts) is NumPy on the
 tensors' memory, with no Python per row.
@@ -43,8 +45,9 @@ from ..devices import with_native_cpu_kernels
 from ..model import CharGPT, FoldedStep, check_model
 from ..model.ragged import batch_steps
 from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
-from ..verifier import VerifierInputs, rejection_sample_row
+from ..verifier import VerifierInputs
 from .plain import gumbel
+from .speculative import speculative_generate
 from .stats import SpecStats
 
 __all__ = ["check_prompts", "generate_batch", "speculative_generate_batch"]
@@ -134,6 +137,7 @@ def speculative_generate_batch(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     verify: str = "token",
+    until: str = "all",
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding of ``B`` prompts at once, each row accepting its own drafts.
 
@@ -147,12 +151,31 @@ def speculative_generate_batch(
     ``emitted`` all rows' new tokens. Random numbers come from ``generator`` in blocks of
     iterations (``_Noise``): the draft's Gumbel noise, then the verifier's uniforms and
     Exp(1) draws.
+    ``draft``: a ``CharGPT`` (its lean steps), or an n-gram table (``ngram.NgramDraft``,
+    ``distilled.load_distilled()``: every row's drafts looked up from its own context, ``q``
+    the table rows they were drawn from).
+    ``until="all"`` (the default) decodes until every row has ``max_new_tokens``: a static
+    batch, where rows that finish early wait for the slowest. ``until="first"`` stops when
+    the first row has them: the steady state of a continuously batched server, which hands a
+    finished row's slot to the next request so that every row is always decoding (the bench
+    measures it that way). Each row then holds what it committed (``stats.emitted`` in all;
+    positions past a row's own tokens are ``-1``): the first tokens of the full run from
+    the same seed, cut where the run stopped. Where it is cut depends on the rows' luck, so
+    those rows are for timing, not for sampling.
     Raises ValueError for bad prompts, options or models, or ``T + max_new_tokens + k``
     beyond the context (a finished row's drafts still take positions).
     """
     check_int(k, "k (drafts per iteration)")
     ids = check_prompts(target, prompts, max_new_tokens, extra=k)
-    check_model(draft, "draft")
+    # A table draft (ngram.NgramDraft, distilled.load_distilled()): no model, no cache.
+    table = callable(getattr(draft, "propose_rows", None))
+    if not table:
+        if not isinstance(draft, CharGPT):
+            raise ValueError(
+                "draft must be a CharGPT or an n-gram table (ngram.NgramDraft, "
+                f"distilled.load_distilled()); got {type(draft).__name__}"
+            )
+        check_model(draft, "draft")
     check_proposer_fits(draft, target)
     check_generator(generator)
     V = target.config.vocab_size
@@ -160,7 +183,10 @@ def speculative_generate_batch(
         raise ValueError("prompts must hold at least 2 tokens per row (the draft feeds two)")
     if verify not in ("token", "block"):
         raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
-    check_prompts(draft, ids, max_new_tokens, extra=k)
+    if until not in ("all", "first"):
+        raise ValueError(f"until must be 'all' (every row done) or 'first'; got {until!r}")
+    if not table:
+        check_prompts(draft, ids, max_new_tokens, extra=k)
     smp = SamplingOptions(temperature, top_k, top_p)
     greedy = smp.greedy
     B, n0 = ids.shape
@@ -168,6 +194,19 @@ def speculative_generate_batch(
     stats = SpecStats(k=k)
     if max_new_tokens == 0:
         return ids.clone(), stats
+    if B == 1 and verify == "token":  # one row: the batch-1 loop itself (its steps, its rule)
+        out1, stats = speculative_generate(
+            target,
+            draft,
+            ids[0],
+            max_new_tokens,
+            k=k,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+        )
+        return out1[None], stats
     # k + 1 spare columns: a row's commit writes K + 1 tokens at n_b .. n_b + K (those past
     # its accepted ones land where it has not committed yet, and a later commit overwrites
     # them, or in the spare columns), so one indexed write serves every row.
@@ -179,8 +218,12 @@ def speculative_generate_batch(
     ts.prefill(ids[:, : n0 - 1])
     # The draft: for one row, a one-layer model's folded step (model.folded: NumPy on a
     # CPU), as the batch-1 loop takes; for a batch, the lean ragged step.
-    fold = draft.draft_step() if B == 1 else None
-    if not isinstance(fold, FoldedStep):
+    fold = draft.draft_step() if B == 1 and not table else None
+    if table:  # the n-gram: every row's drafts from its own context, q read from the table
+        q_rows = draft.sampling_rows(smp)
+        d_toks = np.empty((B, k), dtype=np.int64)
+        d_rows = np.empty((B, k), dtype=np.int64)
+    elif not isinstance(fold, FoldedStep):
         fold, ds = None, batch_steps(draft, B)
         if n0 > 2:
             ds.prefill(ids[:, : n0 - 2])
@@ -188,7 +231,7 @@ def speculative_generate_batch(
         fc = fold.new_cache()
         if n0 > 2:
             fold.feed(ids[0, : n0 - 2], fc)
-    noise = None if greedy else _Noise(B, V, k, generator)
+    noise = None if greedy else _Noise(B, V, k, generator, table)
     # The loop's bookkeeping (lengths, accepted counts, commits) is NumPy on the tensors'
     # memory: a NumPy call on B numbers costs a microsecond or two, a tensor op four or more.
     n = torch.full((B,), n0, dtype=torch.long)
@@ -205,13 +248,17 @@ def speculative_generate_batch(
     history = []  # (n, accepted) per iteration; the stats are counted once at the end
     while True:
         lo, hi = int(n_h.min()), int(n_h.max())
-        if lo >= end:
+        if (lo if until == "all" else hi) >= end:
             break
         K = min(k, end - 1 - lo)  # drafts this iteration: what the furthest-behind row needs
         slots = n[:, None] + offsets[: K + 2]  # [B, K + 2]: positions n - 2 .. n + K - 1
         # --- draft: K steps for every row; the first feeds the last two committed tokens
         G, U, E = (None, None, None) if greedy else noise.next()
-        if fold is not None:  # one row: the folded step, token by token
+        if table:  # Python per row and draft: a dict look-up and a bisect each
+            draft.propose_rows(smp, out_h, n_h, K, None if greedy else G, d_toks, d_rows)
+            feed_h[0] = out_h[rows[:, 0], n_h - 1]
+            feed_h[1 : K + 1] = d_toks[:, :K].T
+        elif fold is not None:  # one row: the folded step, token by token
             fc.length = lo - 2
             fold.feed(out[0, lo - 2 : lo - 1], fc)
             x = feed_h[0, 0] = out_h[0, lo - 1]
@@ -248,7 +295,10 @@ def speculative_generate_batch(
             a = (drafts == best[:, :K]).cumprod(1).sum(1)
             tok = best
         else:
-            q = smp.logits(d_logits[:K]).softmax(-1).transpose(0, 1)  # [B, K, V]
+            if table:
+                q = torch.from_numpy(q_rows[d_rows[:, :K]])  # [B, K, V], the rows drawn from
+            else:
+                q = smp.logits(d_logits[:K]).softmax(-1).transpose(0, 1)  # [B, K, V]
             p = smp.probs(logits).float()
             u, e = U[:, :K], E
             if verify == "block":
@@ -257,13 +307,6 @@ def speculative_generate_batch(
                     VerifierInputs(ids_t, q.contiguous(), p, u.contiguous(), e)
                 )
                 tok, a = res.token_ids.numpy(), res.num_accepted.numpy()
-            elif B == 1:  # one row: the batch-1 verifier (same rule, same tokens)
-                new, a0 = rejection_sample_row(
-                    drafts[0], q[0].numpy(), p[0].numpy(), u.numpy()[0].tolist(), e.numpy()[0]
-                )
-                a = np.array([a0])
-                tok = tokens[:, : a0 + 1]
-                tok[0] = new
             else:
                 a, new = _token_verify(drafts, q.numpy(), p.numpy(), u.numpy(), e.numpy())
                 tokens[:, :K] = drafts
@@ -276,7 +319,12 @@ def speculative_generate_batch(
         n_h += np.where(n_h < end, a + 1, 0)  # n (a tensor) sees it: the same memory
         # Rollback is nothing: the caches' positions are the loop's n (model.ragged).
     _count(stats, history, end, k)
-    stats.emitted = B * max_new_tokens
+    if until == "first":
+        done = np.minimum(n_h, end)
+        stats.emitted = int(done.sum()) - B * n0
+        out_h[np.arange(end + k + 1)[None, :] >= done[:, None]] = -1
+    else:
+        stats.emitted = B * max_new_tokens
     return out[:, :end], stats
 
 
@@ -287,15 +335,18 @@ class _Noise:
     (float64, (0, 1]) and Exp(1) draws ``[nb, B, V]``; ``next()`` hands out one iteration's
     three. An iteration with ``K < k`` drafts uses the first ``K`` of each."""
 
-    def __init__(self, B: int, V: int, k: int, generator):
-        self.shape, self.generator = (B, V, k), generator
+    def __init__(self, B: int, V: int, k: int, generator, table: bool = False):
+        self.shape, self.generator, self.table = (B, V, k), generator, table
         self.nb = max(1, min(16, 2**16 // (B * V * (k + 1))))  # a block of ~64K numbers
         self.i = self.nb
 
     def next(self):
         if self.i == self.nb:
             (B, V, k), g, nb = self.shape, self.generator, self.nb
-            self.G = gumbel(exp_noise((nb, k, B, V), generator=g))
+            if self.table:  # a table draft's inverse-CDF uniforms [nb, B, k], in [0, 1)
+                self.G = torch.rand((nb, B, k), dtype=torch.float64, generator=g).numpy()
+            else:
+                self.G = gumbel(exp_noise((nb, k, B, V), generator=g))
             self.U = uniform_open_closed((nb, B, k), generator=g)
             self.E = exp_noise((nb, B, V), generator=g)
             self.i = 0

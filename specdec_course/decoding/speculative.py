@@ -180,6 +180,7 @@ def speculative_generate(
     xs = [(feed_h[0, 1:] if host and verify == "token" else drafts)[:j] for j in range(k + 1)]
     processed = smp.changes_logits  # temperature 1, no filters: the logits are p's own
     while n < end:
+        # --- 1. draft: kk tokens and their q from the proposer
         t0 = clock() if clock else 0.0
         kk = min(k, end - n - 1)  # never draft tokens that could not be kept
         if policy is not None:
@@ -187,14 +188,15 @@ def speculative_generate(
         q = None
         if kk:
             kk, q = proposer.propose(out, n, kk, drafts)
+        # --- 2. score: one target call over the pending token and the kk drafts (p_1 .. p_kk+1)
         t1 = clock() if clock else 0.0
-        # One target call scores the pending token and the kk drafts: p_1 .. p_{kk+1}.
         if observe is None:
             logits = step(feeds[kk])
         else:  # the lean step's own arithmetic, with the features passed on first
             hidden = lean.hidden(feeds[kk][0], tc)
             observe(hidden, n - 1)
             logits = torch.mm(hidden, lean.w_t, out=step.out[: kk + 1])
+        # --- 3. verify: accept drafts while the rule says so, then one token of the target's
         t2 = clock() if clock else 0.0
         if greedy:
             # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the
@@ -215,6 +217,7 @@ def speculative_generate(
                     q_last, q_h = q, q.numpy()
                 q = None if q is None else q_h
             new, a = verify_row(xs[kk], q, p, U[it], R.row())
+        # --- 4. commit: the accepted drafts and the new token; the caches roll back to them
         t3 = clock() if clock else 0.0
         if host:  # NumPy writes: a tensor's item assignment costs microseconds each
             if a:

@@ -265,7 +265,7 @@ def load_heads(
 
 
 HYDRA_STEPS = 5000
-HYDRA_HEADS = 3
+HYDRA_HEADS = 5
 
 
 def train_shipped_hydra(

@@ -2,7 +2,10 @@
 
 Students implement, in ``exercises/ex01_residual.ipynb``:
 
-- ``residual_distribution(p, q)``: ``norm(max(p - q, 0))``, and ``p`` when ``p == q``;
+- ``residual_distribution(p, q)``: ``norm(max(p - q, 0))`` row by row over the last axis of
+  ``[..., V]`` tensors (one position, or a batch of rows ``[B, V]``), and a row of ``p`` where
+  that row of ``p`` equals ``q``. Lesson 01's cell works on one position and normalises by
+  one sum: on a batch it mixes the rows, which the batch cases catch;
 - ``speculative_sample(p, q, generator=None) -> (token, accepted)``: draft from ``q``, accept
   with probability ``min(1, p/q)``, otherwise resample from the residual;
 - ``chi_square_p_value(counts, probs)``: Pearson's goodness-of-fit p-value over the outcomes
@@ -56,6 +59,25 @@ def _t(x) -> torch.Tensor:
 # --------------------------------------------------------------------------- residual
 
 
+def _reference_residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The package's residual, row by row over the last axis of ``[..., V]``."""
+    flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
+    rows = [sampling.residual_distribution(a, b) for a, b in zip(flat_p, flat_q)]
+    return torch.stack(rows).reshape(p.shape)
+
+
+def _random_pair(V: int, g: torch.Generator, same: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    p = torch.rand(V, generator=g, dtype=torch.float64) ** 3
+    q = torch.rand(V, generator=g, dtype=torch.float64) ** 3
+    # Zeros where a wrong clamp or a 0/0 shows; some pairs share their support exactly.
+    p[torch.rand(V, generator=g) < 0.2] = 0
+    q[torch.rand(V, generator=g) < 0.2] = 0
+    p[0] += 0.1
+    q[-1] += 0.1
+    p, q = p / p.sum(), q / q.sum()
+    return p, p.clone() if same else q
+
+
 def _residual_cases():
     cases = [
         ("5-token example", _t(P5), _t(Q5)),
@@ -67,24 +89,33 @@ def _residual_cases():
             _t([0.7, 0.3, 0.0, 0.0]),
         ),
         ("p == q (no residual mass: return p)", _t(P5), _t(P5)),
+        (
+            "a batch of 3 rows [3, 5]: the example, a greedy draft, zeros",
+            _t([P5, P5, [0.4, 0.0, 0.3, 0.3, 0.0]]),
+            _t([Q5, [0.0, 1.0, 0.0, 0.0, 0.0], [0.1, 0.5, 0.1, 0.0, 0.3]]),
+        ),
+        (
+            "a batch [2, 5] whose second row has p == q",
+            _t([P5, Q5]),
+            _t([Q5, Q5]),
+        ),
+        (
+            "leading axes [2, 2, 5] (two sequences, two positions each)",
+            _t([[P5, Q5], [P5, [0.2] * 5]]),
+            _t([[Q5, P5], [P5, Q5]]),
+        ),
     ]
     g = torch.Generator().manual_seed(case_seed(1))
     rand = []
-    for i in range(200):
+    for i in range(40):
         V = int(torch.randint(2, 40, (), generator=g))
-        p = torch.rand(V, generator=g, dtype=torch.float64) ** 3
-        q = torch.rand(V, generator=g, dtype=torch.float64) ** 3
-        # Zeros where a wrong clamp or a 0/0 shows; one pair in ten shares its support exactly.
-        p[torch.rand(V, generator=g) < 0.2] = 0
-        q[torch.rand(V, generator=g) < 0.2] = 0
-        p[0] += 0.1
-        q[-1] += 0.1
-        p, q = p / p.sum(), q / q.sum()
-        rand.append((p, q if i % 10 else p.clone()))
+        B = int(torch.randint(1, 9, (), generator=g))
+        pairs = [_random_pair(V, g, same=(i * 9 + b) % 10 == 0) for b in range(B)]
+        rand.append((torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs])))
     return cases, rand
 
 
-def _diagnose_residual(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp: torch.Tensor):
+def _diagnose_row(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp: torch.Tensor):
     if not torch.isfinite(got).all():
         if torch.equal(p, q):
             return "NaN or inf when p == q: there is no residual mass to normalise (0 / 0)"
@@ -109,12 +140,30 @@ def _diagnose_residual(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp:
     return "wrong values, though they form a distribution of the right length"
 
 
+def _diagnose_residual(p: torch.Tensor, q: torch.Tensor, got: torch.Tensor, exp: torch.Tensor):
+    if p.dim() == 1:
+        return _diagnose_row(p, q, got, exp)
+    r = (p - q).clamp_min(0)
+    if r.sum() > 0 and torch.allclose(got, r / r.sum(), atol=1e-9, equal_nan=True):
+        return (
+            "you normalised the whole batch by one sum: each row (the last axis) is a "
+            "distribution of its own and sums to 1"
+        )
+    V = p.shape[-1]
+    rows = zip(p.reshape(-1, V), q.reshape(-1, V), got.reshape(-1, V), exp.reshape(-1, V))
+    for i, (pr, qr, gr, er) in enumerate(rows):
+        if not (torch.isfinite(gr).all() and (gr - er).abs().max().item() <= 1e-9):
+            where = f"row {i} of the batch" if p.dim() == 2 else f"row {i} (flattened)"
+            return f"{where}: {_diagnose_row(pr, qr, gr, er)}"
+    return "wrong values"
+
+
 def _same(a, b: torch.Tensor) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
 def _compare_residual(name, fn, p, q) -> Case:
-    exp = sampling.residual_distribution(p, q)
+    exp = _reference_residual(p, q)
     raw, after = call_inplace(name, fn, p, q)
     if not all(_same(a, b) for a, b in zip(after, (p, q))):
         return Case(
@@ -131,7 +180,7 @@ def _compare_residual(name, fn, p, q) -> Case:
             False,
             "a tensor of probabilities",
             fmt(raw),
-            "return a 1-D tensor of the same length as p",
+            "return a tensor of the same shape as p",
         )
     if got.shape != exp.shape:
         return Case(
@@ -139,7 +188,7 @@ def _compare_residual(name, fn, p, q) -> Case:
             False,
             f"shape {tuple(exp.shape)}",
             f"shape {tuple(got.shape)}",
-            "return a 1-D tensor of the same length as p",
+            "return a tensor of the same shape as p: one residual per row of the last axis",
         )
     if torch.isfinite(got).all() and (got - exp).abs().max().item() <= 1e-9:
         return Case(name, True)
@@ -150,27 +199,29 @@ def _compare_residual(name, fn, p, q) -> Case:
     "ex01.residual_distribution",
     points=3,
     needs="residual_distribution",
-    title="the residual norm(max(p - q, 0))",
+    title="the residual norm(max(p - q, 0)), row by row over a batch",
     hint="the residual is the part of p that q does not cover, scaled to sum to 1 (lesson 01, "
-    "section 2, draws it); the edge cases decide most failures: zeros in p or q, and p == q, "
-    "where nothing is left to scale",
+    "section 2, draws it), and every row of a batch is scaled on its own. The edge cases "
+    "decide most failures: zeros in p or q, and a row where p == q, where nothing is left to "
+    "scale; a reduction over one axis can keep that axis, so that it lines up with the rows",
 )
 def check_residual_distribution(fn) -> Iterator[Case]:
     fixed, rand = _residual_cases()
     for name, p, q in fixed:
         yield _compare_residual(name, fn, p, q)
     for i, (p, q) in enumerate(rand):
-        case = _compare_residual(f"random pair {i} (V = {len(p)})", fn, p, q)
+        shape = "x".join(map(str, p.shape))
+        case = _compare_residual(f"random batch {i} ({shape})", fn, p, q)
         if not case.passed:
             yield Case(
-                f"200 random pairs, zeros included: pair {i} (V = {len(p)})",
+                f"40 random batches, zeros and p == q rows included: batch {i} ({shape})",
                 False,
                 case.expected,
                 case.got,
                 case.message,
             )
             return
-    yield Case("200 random pairs, zeros included", True)
+    yield Case("40 random batches, zeros and p == q rows included", True)
 
 
 # --------------------------------------------------------------------------- one step

@@ -11,12 +11,15 @@ Students implement, in ``exercises/ex03_char_lm.ipynb``:
 - ``rollback(K, V, lengths, num_rejected)``: row ``b`` forgets its last ``num_rejected[b]``
   positions; return the new lengths (a new tensor) without touching the buffers; a
   ``ValueError`` unless ``0 <= num_rejected[b] <= lengths[b]`` for every row;
-- ``measure_alpha(target, draft, x, temperature)``: the mean over every position of the
-  windows ``x`` ``[N, T]`` of ``sum(min(p, q))``, ``p`` and ``q`` the two models' next-token
-  distributions at ``temperature`` (0: one-hot argmax, so α is the argmax agreement).
+- ``measure_alpha(target, draft, x, lengths, temperature)``: the mean over the *text*
+  positions of the padded windows ``x`` ``[N, T]`` (row ``n`` holds ``lengths[n]`` tokens, then
+  padding) of ``sum(min(p, q))``, ``p`` and ``q`` the two models' next-token distributions at
+  ``temperature`` (0: one-hot argmax, so α is the argmax agreement); every text position
+  counts once, so a longer row weighs more.
 
-Lesson 03 writes cached attention for one shared length; the ragged batch (one length per
-row, stale keys past the shorter rows) is this exercise's variation. The reference is the
+Lesson 03 writes cached attention for one shared length and measures α over full windows;
+the ragged batch (one length per row, stale keys past the shorter rows; windows padded to
+one length) is this exercise's variation, which the lesson's cells fail. The reference is the
 package: one :class:`specdec_course.model.KVCache` per row, driven by the model's own
 attention layer, and :func:`specdec_course.train.next_token_probs`. Everything is exact
 arithmetic on random inputs (no sampling): logits compared to 1e-4, α and buffers to 1e-5.
@@ -395,10 +398,21 @@ def check_rollback(attend, rollback) -> Iterator[Case]:
         yield _bad_rollback(rollback, ref.K, ref.V, lengths, torch.tensor(bad))
 
 
-def _alpha(target, draft, x, temperature) -> float:
+def _alpha(target, draft, x, lengths, temperature) -> float:
     p = next_token_probs(target, x, temperature)
     q = next_token_probs(draft, x, temperature)
-    return p.minimum(q).sum(-1).mean().item()
+    overlap = p.minimum(q).sum(-1)  # [N, T]
+    text = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+    return overlap[text].mean().item()
+
+
+def _alpha_wrong(target, draft, x, lengths, temperature) -> dict[str, float]:
+    """What the usual mistakes return: padding counted, or each row averaged first."""
+    p = next_token_probs(target, x, temperature)
+    q = next_token_probs(draft, x, temperature)
+    overlap = p.minimum(q).sum(-1)
+    per_row = torch.stack([overlap[n, : int(lengths[n])].mean() for n in range(x.shape[0])])
+    return {"all": overlap.mean().item(), "rows": per_row.mean().item()}
 
 
 def _tiny(seed: int) -> CharGPT:
@@ -409,40 +423,61 @@ def _tiny(seed: int) -> CharGPT:
     "ex03.measure_alpha",
     points=4,
     needs="measure_alpha",
-    title="acceptance rate between two models",
-    hint="at every position of every window, each model gives one next-token distribution "
-    "at the temperature; α is the overlap of the two, averaged (lesson 02, section 1). At "
-    "temperature 0 each distribution is a one-hot on its argmax, which no division reaches",
+    title="acceptance rate between two models, over padded windows of text",
+    hint="at every text position of every window, each model gives one next-token "
+    "distribution at the temperature; α is the overlap of the two, averaged over those "
+    "positions (lesson 02, section 1). Which positions are text, and does each of them count "
+    "the same? At temperature 0 each distribution is a one-hot on its argmax, which no "
+    "division reaches",
 )
 def check_measure_alpha(fn) -> Iterator[Case]:
     a, b = _tiny(1), _tiny(2)
+    T = CFG.block_size
     x = torch.randint(
         0,
         CFG.vocab_size,
-        (3, CFG.block_size),
+        (3, T),
         generator=torch.Generator().manual_seed(case_seed(0)),
     )
+    full = torch.full((3,), T)
+    ragged = torch.tensor([T, 7, 1])  # a full window, a short one, a single token
     cases = [
-        ("a model with itself", a, a, 1.0),
-        ("two models, T = 1", a, b, 1.0),
-        ("T = 0.5", a, b, 0.5),
-        ("T = 2", a, b, 2.0),
-        ("T = 0: argmax agreement", a, b, 0.0),
+        ("a model with itself", a, a, full, 1.0),
+        ("two models, full windows, T = 1", a, b, full, 1.0),
+        ("padded windows (lengths 24, 7, 1), T = 1", a, b, ragged, 1.0),
+        ("padded windows, T = 0.5", a, b, ragged, 0.5),
+        ("padded windows, T = 2", a, b, ragged, 2.0),
+        ("padded windows, T = 0: argmax agreement", a, b, ragged, 0.0),
     ]
-    for name, t, d, temp in cases:
-        exp = _alpha(t, d, x, temp)
-        got = as_number(call(name, fn, t, d, x, temp))
+    if fresh_cases():  # the batch grader's: lengths drawn for this run
+        g = torch.Generator().manual_seed(case_seed(5))
+        drawn = torch.randint(1, T + 1, (3,), generator=g)
+        cases.append((f"padded windows, lengths {drawn.tolist()}, T = 1", a, b, drawn, 1.0))
+    for name, t, d, lengths, temp in cases:
+        exp = _alpha(t, d, x, lengths, temp)
+        got = as_number(call(name, fn, t, d, x, lengths.clone(), temp))
         ok = got is not None and abs(got - exp) <= ATOL
         msg = ""
         if not ok:
+            wrong = _alpha_wrong(t, d, x, lengths, temp)
             if got is None or got != got:
                 msg = "no number (NaN?): at T = 0 the logits cannot be divided by the temperature"
-            elif temp != 1.0 and abs(got - _alpha(t, d, x, 1.0)) <= ATOL:
+            elif temp != 1.0 and abs(got - _alpha(t, d, x, lengths, 1.0)) <= ATOL:
                 msg = "your α is the one at temperature 1: the temperature was not applied"
             elif abs(got - (1 - exp)) <= ATOL:
                 msg = "you returned the TV distance, which is 1 - α"
+            elif abs(got - wrong["all"]) <= ATOL:
+                msg = (
+                    "you averaged over the padding too: row n holds lengths[n] tokens of text, "
+                    "and the positions after them are not text"
+                )
+            elif abs(got - wrong["rows"]) <= ATOL:
+                msg = (
+                    "you averaged each row, then the rows: every text position counts once, "
+                    "so a row of 24 tokens weighs 24 times a row of one"
+                )
             else:
-                msg = "wrong α: is it the overlap of p and q, averaged over every position?"
+                msg = "wrong α: is it the overlap of p and q, averaged over every text position?"
         yield Case(name, ok, f"{exp:.6g}", fmt(got), msg)
     try:
         target, draft = load_pretrained("target"), load_pretrained("draft")
@@ -451,12 +486,13 @@ def check_measure_alpha(fn) -> Iterator[Case]:
     from specdec_course import data
 
     val = data.corpus_split(data.CharTokenizer(target.vocab))[1]
-    xv, _ = data.eval_windows(val, target.config.block_size, 1)
-    exp = _alpha(target, draft, xv, 1.0)
-    got = as_number(call("the shipped pair", fn, target, draft, xv, 1.0))
+    xv, _ = data.eval_windows(val, target.config.block_size, 2)
+    lv = torch.tensor([target.config.block_size, 100])
+    exp = _alpha(target, draft, xv, lv, 1.0)
+    got = as_number(call("the shipped pair", fn, target, draft, xv, lv.clone(), 1.0))
     ok = got is not None and abs(got - exp) <= ATOL
     yield Case(
-        "the shipped pair, one validation window",
+        f"the shipped pair, two validation windows of {lv[0].item()} and {lv[1].item()} tokens",
         ok,
         f"{exp:.6g}",
         fmt(got),

@@ -106,31 +106,23 @@ def _race_case(
 
 
 @register(
-    "ex05.race_one_tile",
-    points=4,
+    "ex05.race_kernel",
+    points=10,
     needs="race_kernel",
-    title="the race at the rejected position, the vocabulary in one tile",
+    title="the race at the rejected position, in one vocabulary tile and in several",
     hint="one program per row: it reads that row's rejected position first, then the target "
     "and draft rows at that position (the table of section 1 gives where they start); the "
-    "padding columns past V must load harmless values and never win",
+    "padding columns past V must load harmless values and never win. A tile's best is a "
+    "candidate, not the answer: what must survive from one tile to the next, and which "
+    "column should win a tie?",
 )
-def check_race_one_tile(race_kernel) -> Iterator[Case]:
+def check_race_kernel(race_kernel) -> Iterator[Case]:
+    # One tile first: a kernel that is wrong there is wrong everywhere, and the message says
+    # so before the tile loop comes into it.
     yield _race_case("V = 16 in one tile of 16, 8 rows, K = 4", race_kernel, 8, 4, 16, 16, 0)
     yield _race_case(
         "V = 65 in one tile of 128 (63 padding columns)", race_kernel, 8, 3, 65, 128, 1
     )
-
-
-@register(
-    "ex05.race_tiles",
-    points=6,
-    needs="race_kernel",
-    title="the race over several vocabulary tiles",
-    hint="a tile's best is a candidate, not the answer: carry the best score so far and its "
-    "column (as a column of the whole vocabulary) from tile to tile, and let a later tile "
-    "replace them only when it is strictly better, so ties go to the lowest column",
-)
-def check_race_tiles(race_kernel) -> Iterator[Case]:
     yield _race_case("V = 256 in 4 tiles of 64", race_kernel, 8, 4, 256, 64, 2)
     yield _race_case(
         "V = 1000 in tiles of 256 (the last one partial)", race_kernel, 8, 5, 1000, 256, 3

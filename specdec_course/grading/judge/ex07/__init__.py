@@ -16,8 +16,8 @@ sampling (SpecInfer, Miao et al. 2024, with one-hot drafts):
   ``start + 1, start + 2, ...`` (all layers, keys and values) and set the length to
   ``start + 1 + len(path)``.
 
-The walk is graded by chi-square tests of the (last accepted node, token) pairs of thousands
-of walks against their exact law, which the judge computes by enumerating the rule
+The walk is graded by one check: chi-square tests of the (last accepted node, token) pairs
+of thousands of walks against their exact law, which the judge computes by enumerating the rule
 (:func:`exact_law`); :func:`specdec_course.stats.chi_square_test` rejects when
 ``chi2 > df + 10 sqrt(2 df)``, and the seven statistical cases of the visible run together
 fail a correct walk with probability below 1e-6 (each result reports its rate). The
@@ -32,7 +32,7 @@ rejected child, compacting the wrong positions.
 # Imported in this order on purpose: the checks register, and are reported and graded, in
 # the order of the exercise.
 from specdec_course.stats import chi_square_test
-from .walk import CHAIN, DEEP, V, check_walk_one_level, check_walk_tree, exact_law, make_tree_case
+from .walk import CHAIN, DEEP, V, check_tree_walk, exact_law, make_tree_case
 from .compaction import check_compact_cache
 
 # isort: on
@@ -42,8 +42,7 @@ __all__ = [
     "DEEP",
     "V",
     "check_compact_cache",
-    "check_walk_one_level",
-    "check_walk_tree",
+    "check_tree_walk",
     "chi_square_test",
     "exact_law",
     "make_tree_case",

@@ -224,17 +224,20 @@ def _walk_case(fn, name: str, case, n: int, seed: int, fits: FitLog) -> Case:
 
 
 @register(
-    "ex07.walk_one_level",
-    points=3,
+    "ex07.tree_walk",
+    points=6,
     needs="tree_walk",
-    title="the lossless walk among the root's children",
+    title="the lossless walk: among the root's children, then down a tree",
     hint="lesson 06, section 5: each child is a one-hot draft, tried in turn against what "
     "is left of the node's distribution. Work out, by hand, the chance that the second child "
     "is accepted for p(first) = 0.4 and p(second) = 0.3; it must come out as 0.3. What is "
-    "left for the fallback sample once both are rejected?",
+    "left for the fallback sample once both are rejected? Down a tree, the walk repeats that "
+    "rule at every node it reaches, each with that node's own distribution; where does it end?",
 )
-def check_walk_one_level(fn) -> Iterator[Case]:
-    cases = [
+def check_tree_walk(fn) -> Iterator[Case]:
+    # One level first (the rule at a node), then whole trees; the summed fit of every
+    # statistical case comes after them, and the exact greedy walk last.
+    one_level = [
         ("a root with one child", make_tree_case([(0,)], case_seed(1)), 2000),
         ("a root with three children", make_tree_case([(0,), (1,), (2,)], case_seed(2)), 3000),
         (
@@ -247,34 +250,42 @@ def check_walk_one_level(fn) -> Iterator[Case]:
     if fresh_cases():  # the batch grader's: a random number of children, drawn for this run
         g = torch.Generator().manual_seed(case_seed(9))
         m = int(torch.randint(1, 6, (), generator=g))
-        cases.append(
+        one_level.append(
             (
                 f"a root with {m} children",
                 make_tree_case([(r,) for r in range(m)], case_seed(8)),
                 3000,
             )
         )
+    trees = [
+        ("a chain of three", make_tree_case(CHAIN, case_seed(22)), 3000),
+        (
+            "TREE_SMALL (four children, one grandchild)",
+            make_tree_case(list(medusa.TREE_SMALL), case_seed(23)),
+            3000,
+        ),
+        ("a tree three deep", make_tree_case(DEEP, case_seed(24)), 4000),
+    ]
+    if fresh_cases():
+        trees.append(
+            ("a random tree", make_tree_case(_random_paths(case_seed(25)), case_seed(26)), 4000)
+        )
     fits = FitLog()
-    for k, (name, case, n) in enumerate(cases):
+    for k, (name, case, n) in enumerate(one_level):
         res = _walk_case(fn, name, case, n, 100 + k, fits)
         yield res
         if not res.passed:
             return
-    yield fits.case()
-
-
-@register(
-    "ex07.walk_tree",
-    points=3,
-    needs="tree_walk",
-    title="the lossless walk down a tree",
-    hint="the walk repeats the one-level rule at every node it reaches, each time with that "
-    "node's own distribution (a fresh copy: what was removed at the parent stays removed "
-    "there only); it ends at the first node where no child is accepted, or at a leaf, "
-    "which has no children to try",
-)
-def check_walk_tree(fn) -> Iterator[Case]:
-    # Temperature 0 first: one-hot rows make the walk the greedy one, exactly.
+    for k, (name, case, n) in enumerate(trees):
+        res = _walk_case(fn, name, case, n, 200 + k, fits)
+        yield res
+        if not res.passed:
+            return
+    fit = fits.case()
+    yield fit
+    if not fit.passed:
+        return
+    # Temperature 0: one-hot rows make the walk the greedy one, exactly.
     probs, tokens, children = make_tree_case(DEEP, case_seed(20))
     greedy = torch.nn.functional.one_hot(probs.argmax(-1), V).double()
     tl = tokens.tolist()
@@ -303,26 +314,6 @@ def check_walk_tree(fn) -> Iterator[Case]:
             )
             return
     yield Case(name, True)
-    cases = [
-        ("a chain of three", make_tree_case(CHAIN, case_seed(22)), 3000),
-        (
-            "TREE_SMALL (four children, one grandchild)",
-            make_tree_case(list(medusa.TREE_SMALL), case_seed(23)),
-            3000,
-        ),
-        ("a tree three deep", make_tree_case(DEEP, case_seed(24)), 4000),
-    ]
-    if fresh_cases():
-        cases.append(
-            ("a random tree", make_tree_case(_random_paths(case_seed(25)), case_seed(26)), 4000)
-        )
-    fits = FitLog()
-    for k, (name, case, n) in enumerate(cases):
-        res = _walk_case(fn, name, case, n, 200 + k, fits)
-        yield res
-        if not res.passed:
-            return
-    yield fits.case()
 
 
 def _random_paths(seed: int) -> list[tuple[int, ...]]:
