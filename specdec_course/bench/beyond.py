@@ -330,10 +330,13 @@ def measure_batch(
     speculative loop twice: to the end of every row (a static batch: rows that finish early
     wait for the slowest, ``speedup``) and until the first row is done (every row decoding:
     the steady state of continuous batching, ``steady_speedup``, which is what
-    :func:`batch_ceiling` prices). Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s",
+    :func:`batch_ceiling` prices). The rates are the decode phase's: each round times the
+    target's prefill of the prompts (the same calls open both arms) and takes it out of that
+    round's runs (``prefill_s``: its median). Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s",
     "speedup", "steady_speedup" (each {k: ...}), "utilization" {k: the fraction of row
     iterations a static batch spends on rows still decoding}, "best_k", "best_speedup",
-    "best_steady_k", "best_steady_speedup", "alpha"}], "crossover_B", "steady_crossover_B"}``:
+    "best_steady_k", "best_steady_speedup", "alpha", "prefill_s"}], "crossover_B",
+    "steady_crossover_B"}``:
     a crossover is the smallest ``B`` where no ``k`` beats plain decoding (``None`` if
     speculation pays at every measured ``B``).
     """
@@ -344,14 +347,25 @@ def measure_batch(
     from ..decoding import SpecStats
     from ..decoding.batched import generate_batch, speculative_generate_batch
 
+    from ..model.ragged import batch_steps
+
     runs = [(0, "all")] + [(k, until) for k in ks for until in ("all", "first")]
     times = {(B, k, u): [] for B in batch_sizes for k, u in runs}
+    prefill = {B: [] for B in batch_sizes}  # the target's prefill, which both arms make
     tokens = {(B, k, u): 0 for B in batch_sizes for k, u in runs}
     agg = {B: SpecStats(k=max(ks)) for B in batch_sizes}
     busy = {(B, k): [0, 0] for B in batch_sizes for k in ks}  # row iterations, B * calls
     for rep in range(-1, repeats):  # round -1 warms up every shape, untimed
         for B in batch_sizes:
             rows = prompts[:B]
+            # Both arms start by building the target's steps and prefilling the prompt, the
+            # same calls (model.ragged.batch_steps): that is not what speculation changes,
+            # and it weighs more in the shorter arm. Timed here in each round, it is taken
+            # out of that round's runs: the rates are the decode phase's.
+            with torch.inference_mode(), native_cpu_kernels():  # as the loops run
+                t0 = _clock()
+                batch_steps(target, B).prefill(rows[:, :-1])
+                pre = _clock() - t0
             for k, until in runs:
                 g = torch.Generator().manual_seed(seed + rep)
                 t0 = _clock()
@@ -378,8 +392,10 @@ def measure_batch(
                         if k == max(ks):
                             agg[B].add(st)
                 if rep >= 0:
-                    times[B, k, until].append(_clock() - t0)
+                    times[B, k, until].append(_clock() - t0 - pre)
                     tokens[B, k, until] += n
+            if rep >= 0:
+                prefill[B].append(pre)
     out = []
     for B in batch_sizes:
         # tokens per second of each run kind: all its tokens over the median run's share
@@ -406,6 +422,7 @@ def measure_batch(
                 "best_steady_k": best_s,
                 "best_steady_speedup": steady[best_s],
                 "alpha": min(agg[B].acceptance_rate, 1.0),
+                "prefill_s": statistics.median(prefill[B]),
             }
         )
     losing = [r["B"] for r in out if r["best_speedup"] < 1.0]

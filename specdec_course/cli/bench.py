@@ -102,8 +102,10 @@ def add_parser(sub) -> None:
         help="dynamic k, batch sizes and block verification on this CPU (lessons 08, 09)",
         description="Measure on this CPU, one thread: dynamic draft length (Hugging Face's "
         "heuristic, a confidence stop, an alpha/cost controller) against every fixed k; "
-        "batched plain and speculative decoding for B = 1 ... 256 with the target's call "
-        "costs and the ceiling they allow; block against token-wise verification. Writes "
+        "batched plain and speculative decoding for B = 1 ... 512 (the draft model and the "
+        "distilled n-gram as drafts; a static batch and the steady state, decode phase) "
+        "with the target's call costs and the ceiling they allow; block against token-wise "
+        "verification. Writes "
         "beyond_cpu.json (the stored one is in data/results/, read by lessons 08 and 09).",
     )
     b.add_argument("--quick", action="store_true", help="fewer batch sizes and repeats")
