@@ -2,10 +2,10 @@
 their committed outputs print from data/results/speedup_cpu.json is the record's figure at
 the printed precision, and their prose types no c value or speedup a record could contradict
 (lesson 04 defines c_call and c_loop once; later lessons print them). Neither do the
-exercises, their solutions, or lessons 01-03 (outside lesson 02's hypothetical examples). Lessons 06, 08 and 09
-print their verdicts on the stored records (Medusa against plain decoding and the draft
-model, the controller against the best fixed k, block against token-wise verification) from
-the records, with words chosen from the figures."""
+exercises, their solutions, or lessons 01-03 (outside lesson 02's hypothetical examples).
+Lessons 06, 08 and 09 print their verdicts on the stored records (Medusa against plain
+decoding and the draft model, the controller against the best fixed k, block against
+token-wise verification) from the records, with words chosen from the figures."""
 
 import json
 import re
@@ -192,10 +192,11 @@ def test_prose_types_no_c_value_or_speedup(name):
 
 
 _EXERCISES = sorted(
-    str(p.relative_to(ROOT))
-    for d in ("exercises", "solutions")
-    for p in (ROOT / d).glob("*.ipynb")
-) + [f"lessons/{n}.ipynb" for n in ("01_residual_distribution", "02_acceptance_rate", "03_char_lm_pair")]
+    str(p.relative_to(ROOT)) for d in ("exercises", "solutions") for p in (ROOT / d).glob("*.ipynb")
+) + [
+    f"lessons/{n}.ipynb"
+    for n in ("01_residual_distribution", "02_acceptance_rate", "03_char_lm_pair")
+]
 
 
 @pytest.mark.parametrize("rel", _EXERCISES)
