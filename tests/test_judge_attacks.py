@@ -23,7 +23,7 @@ import types
 
 import pytest
 import torch
-from test_grading_ex04 import _step, commit_tokens
+from test_grading_ex04 import _step, commit_row
 from test_grading_ex06 import MedusaHead
 
 from specdec_course.grading import call, run_check
@@ -87,7 +87,7 @@ def test_a_tree_walk_that_counts_its_calls_is_too_good_to_be_true():
 def _one_call_per_token(entry):
     """A speculative step that scores k + 1 tokens with k + 1 target calls through
     ``entry(target)`` (not ``target(...)``, which a forward hook would see)."""
-    honest = _step(commit_tokens)
+    honest = _step(commit_row)
 
     def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
         def sneaky_verify(d, q, p):
