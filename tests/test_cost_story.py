@@ -1,10 +1,11 @@
 """The cost story of lessons 04 and 07 is the stored record's: every c value and speedup
 their committed outputs print from data/results/speedup_cpu.json is the record's figure at
 the printed precision, and their prose types no c value or speedup a record could contradict
-(lesson 04 defines c_call and c_loop once; later lessons print them). Lessons 06, 08 and 09
-print their verdicts on the stored records (Medusa against plain decoding and the draft
-model, the controller against the best fixed k, block against token-wise verification) from
-the records, with words chosen from the figures."""
+(lesson 04 defines c_call and c_loop once; later lessons print them). Neither do the
+exercises, their solutions, or lessons 01-03 (outside lesson 02's hypothetical examples).
+Lessons 06, 08 and 09 print their verdicts on the stored records (Medusa against plain
+decoding and the draft model, the controller against the best fixed k, block against
+token-wise verification) from the records, with words chosen from the figures."""
 
 import json
 import re
@@ -101,14 +102,21 @@ def test_lesson_07_prints_the_records_tables_and_c(record):
 
 
 # Typed figures a record could contradict: a c value ("c ≈ 0.2", "c_loop = 0.19"), a speedup
-# ("1.6x", "1.3×"), or a share of a step in words ("about a fifth of a target step").
+# ("1.6x", "1.3×"), a share of a step in words ("about a fifth of a target step"), or a cost
+# in steps ("1.4 plain steps", "2 target calls").
 _TYPED = [
     re.compile(r"\bc(_\{\\text\{\w+\}\})?\s*(\\approx|≈|=|~)\s*0?\.\d"),
     re.compile(r"\d+(\.\d+)?\s*(x|×)(?![\w])"),
     re.compile(r"about (a|one) (fifth|quarter|third|half)"),
+    re.compile(r"\d+(\.\d+)?\s+(plain|target)\b( decoding)?( steps?| calls?)?"),
 ]
-# Hypotheticals, not measurements: no record speaks of them.
-_ALLOWED = ("A draft with a hundredth of the target's parameters then costs $c \\approx 0.01$",)
+# Hypotheticals, not measurements: no record speaks of them (lesson 02's worked examples of
+# Theorem 3.8 and its explorer's starting values).
+_ALLOWED = (
+    "A draft with a hundredth of the target's parameters then costs $c \\approx 0.01$",
+    "a draft costing half a target call ($c = 0.5$) gains at most a few percent, and at $c = 0.6$",
+    "The explorer at alpha = 0.80, gamma = 4, c = 0.10",
+)
 
 
 def _prose_hits(path):
@@ -183,9 +191,37 @@ def test_prose_types_no_c_value_or_speedup(name):
     assert _prose_hits(ROOT / "lessons" / f"{name}.ipynb") == []
 
 
+_EXERCISES = sorted(
+    str(p.relative_to(ROOT)) for d in ("exercises", "solutions") for p in (ROOT / d).glob("*.ipynb")
+) + [
+    f"lessons/{n}.ipynb"
+    for n in ("01_residual_distribution", "02_acceptance_rate", "03_char_lm_pair")
+]
+
+
+@pytest.mark.parametrize("rel", _EXERCISES)
+def test_exercise_and_early_lesson_prose_types_no_cost_figure(rel):
+    # An exercise that quotes lesson 04's costs prints them from the record, as the lessons do.
+    assert _prose_hits(ROOT / rel) == []
+
+
 def test_the_prose_check_catches_a_typed_figure(tmp_path):
     nb = {
         "cells": [{"cell_type": "markdown", "source": "Theorem 3.8 predicts about 1.6x, c ≈ 0.2."}]
     }
     (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
     assert _prose_hits(tmp_path / "nb.ipynb") == ["c ≈ 0.2", "1.6x"]
+
+
+def test_the_prose_check_catches_a_typed_cost_in_plain_steps(tmp_path):
+    # the sentence an exercise once typed against the record it loads (about 1.8 at 8 tokens)
+    nb = {
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "source": "and a\ntarget call over 8 tokens costs about 1.4 plain steps.",
+            }
+        ]
+    }
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    assert _prose_hits(tmp_path / "nb.ipynb") == ["1.4 plain steps"]

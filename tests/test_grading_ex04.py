@@ -18,18 +18,35 @@ from specdec_course.grading import checks_for, grade_namespace, run_check
 # ----------------------------------------------------------------------------- a solution
 
 
-def rollback(cache, prefix_len, num_accepted):
-    if not 0 <= num_accepted <= cache.length - prefix_len:
+def rollback(lengths, prefix_lens, num_accepted):
+    if bool(((num_accepted < 0) | (num_accepted > lengths - prefix_lens)).any()):
         raise ValueError("num_accepted out of range")
-    cache.crop(prefix_len + num_accepted)
+    return prefix_lens + num_accepted
 
 
-def commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache):
-    a = int(num_accepted[0])
-    new = torch.cat([ids, token_ids[0, : a + 1]])
-    rollback(target_cache, len(ids), a)
-    draft_cache.crop(min(draft_cache.length, len(new) - 1))
-    return new
+def commit_tokens(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    B, k1 = token_ids.shape
+    new_ids = torch.cat([ids, ids.new_full((B, k1), -1)], 1)
+    cols = n[:, None] + torch.arange(k1)
+    keep = torch.arange(k1) <= num_accepted[:, None]
+    new_ids.scatter_(1, cols, torch.where(keep, token_ids, new_ids.gather(1, cols)))
+    new_n = n + num_accepted + 1
+    return new_ids, new_n, new_n - 1, torch.minimum(draft_lengths, new_n - 1)
+
+
+def commit_row(ids, token_ids, num_accepted, target_cache, draft_cache):
+    """One row's commit on real caches, through the batched commit_tokens (B = 1)."""
+    out, n, tl, dl = commit_tokens(
+        ids[None],
+        torch.tensor([len(ids)]),
+        token_ids,
+        num_accepted,
+        torch.tensor([target_cache.length]),
+        torch.tensor([draft_cache.length]),
+    )
+    target_cache.crop(int(tl[0]))
+    draft_cache.crop(int(dl[0]))
+    return out[0, : int(n[0])]
 
 
 def _step(commit, catch_up=True, one_target_call=True, pending=True):
@@ -61,28 +78,40 @@ def _step(commit, catch_up=True, one_target_call=True, pending=True):
     return speculative_step
 
 
-speculative_step = _step(commit_tokens)
+speculative_step = _step(commit_row)
 
 
 # ----------------------------------------------------------------------------- mistakes
 
 
-def rollback_keeps_rejected(cache, prefix_len, num_accepted):
-    if not 0 <= num_accepted <= cache.length - prefix_len:
+def rollback_keeps_rejected(lengths, prefix_lens, num_accepted):
+    rollback(lengths, prefix_lens, num_accepted)
+    return torch.minimum(lengths, prefix_lens + num_accepted + 1)
+
+
+def rollback_unchecked(lengths, prefix_lens, num_accepted):
+    return prefix_lens + num_accepted
+
+
+def rollback_checks_row_0(lengths, prefix_lens, num_accepted):
+    if not 0 <= int(num_accepted[0]) <= int(lengths[0] - prefix_lens[0]):
         raise ValueError("num_accepted out of range")
-    cache.crop(min(cache.length, prefix_len + num_accepted + 1))
+    return prefix_lens + num_accepted
 
 
-def rollback_unchecked(cache, prefix_len, num_accepted):
-    cache.crop(prefix_len + num_accepted)
+def rollback_one_length(lengths, prefix_lens, num_accepted):
+    # lesson 04's one-row rollback: one crop, one number for the cache
+    rollback(lengths, prefix_lens, num_accepted)
+    return torch.full_like(lengths, int(prefix_lens[0] + num_accepted[0]))
 
 
-def rollback_zeroes_the_cache(cache, prefix_len, num_accepted):
-    rollback(cache, prefix_len, num_accepted)
-    cache.k[..., : cache.length, :] = 0
+def rollback_in_place(lengths, prefix_lens, num_accepted):
+    rollback(lengths, prefix_lens, num_accepted)
+    lengths.copy_(prefix_lens + num_accepted)
+    return lengths.clone()
 
 
-def commit_keeps_rejected(ids, token_ids, num_accepted, target_cache, draft_cache):
+def row_keeps_rejected(ids, token_ids, num_accepted, target_cache, draft_cache):
     # crop to n' instead of n' - 1: the target cache keeps the rejected draft
     a = int(num_accepted[0])
     new = torch.cat([ids, token_ids[0, : a + 1]])
@@ -91,7 +120,7 @@ def commit_keeps_rejected(ids, token_ids, num_accepted, target_cache, draft_cach
     return new
 
 
-def commit_forgets_catch_up(ids, token_ids, num_accepted, target_cache, draft_cache):
+def row_forgets_catch_up(ids, token_ids, num_accepted, target_cache, draft_cache):
     # as if the draft had fed its last draft: its cache claims n' - 1 after full acceptance
     a = int(num_accepted[0])
     new = torch.cat([ids, token_ids[0, : a + 1]])
@@ -100,7 +129,7 @@ def commit_forgets_catch_up(ids, token_ids, num_accepted, target_cache, draft_ca
     return new
 
 
-def commit_crops_draft_like_target(ids, token_ids, num_accepted, target_cache, draft_cache):
+def row_crops_draft_like_target(ids, token_ids, num_accepted, target_cache, draft_cache):
     # the same, through crop: raises on full acceptance
     a = int(num_accepted[0])
     new = torch.cat([ids, token_ids[0, : a + 1]])
@@ -109,7 +138,7 @@ def commit_crops_draft_like_target(ids, token_ids, num_accepted, target_cache, d
     return new
 
 
-def commit_drops_bonus(ids, token_ids, num_accepted, target_cache, draft_cache):
+def row_drops_bonus(ids, token_ids, num_accepted, target_cache, draft_cache):
     # after full acceptance only the k drafts are kept
     a = int(num_accepted[0])
     k = token_ids.shape[1] - 1
@@ -119,15 +148,57 @@ def commit_drops_bonus(ids, token_ids, num_accepted, target_cache, draft_cache):
     return new
 
 
-def commit_keeps_placeholders(ids, token_ids, num_accepted, target_cache, draft_cache):
-    commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache)
-    return torch.cat([ids, token_ids[0]])
+def commit_one_count(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    # lesson 04's one-row commit: row 0's count for every row
+    a = num_accepted[0].expand_as(num_accepted)
+    return commit_tokens(ids, n, token_ids, a, target_lengths, draft_lengths)
 
 
-def commit_draft_two_behind(ids, token_ids, num_accepted, target_cache, draft_cache):
-    new = commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache)
-    draft_cache.crop(len(new) - 2)
-    return new
+def commit_one_crop(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    # the counts right, but one crop per cache (the batch's shortest row)
+    out, new_n, tl, dl = commit_tokens(
+        ids, n, token_ids, num_accepted, target_lengths, draft_lengths
+    )
+    return out, new_n, tl.min().expand_as(tl), dl.min().expand_as(dl)
+
+
+def commit_keeps_rejected(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    out, new_n, tl, dl = commit_tokens(
+        ids, n, token_ids, num_accepted, target_lengths, draft_lengths
+    )
+    return out, new_n, torch.minimum(target_lengths, new_n), torch.minimum(draft_lengths, new_n)
+
+
+def commit_forgets_catch_up(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    out, new_n, tl, dl = commit_tokens(
+        ids, n, token_ids, num_accepted, target_lengths, draft_lengths
+    )
+    return out, new_n, tl, new_n - 1
+
+
+def commit_drops_bonus(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    out, new_n, tl, dl = commit_tokens(
+        ids, n, token_ids, num_accepted, target_lengths, draft_lengths
+    )
+    return out, new_n - 1, tl - 1, torch.minimum(dl, new_n - 2)
+
+
+def commit_keeps_placeholders(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    out, new_n, tl, dl = commit_tokens(
+        ids, n, token_ids, num_accepted, target_lengths, draft_lengths
+    )
+    out = out.clone()
+    k1 = token_ids.shape[1]
+    for b in range(len(n)):
+        out[b, int(n[b]) : int(n[b]) + k1] = token_ids[b]
+    return out, n + k1, n + k1 - 1, torch.minimum(draft_lengths, n + k1 - 1)
+
+
+def commit_draft_two_behind(ids, n, token_ids, num_accepted, target_lengths, draft_lengths):
+    out, new_n, tl, dl = commit_tokens(
+        ids, n, token_ids, num_accepted, target_lengths, draft_lengths
+    )
+    return out, new_n, tl, new_n - 2
 
 
 def stub(*args, **kwargs):
@@ -153,7 +224,9 @@ def test_solution_earns_every_point():
     [
         (rollback_keeps_rejected, "kept the rejected draft"),
         (rollback_unchecked, "raise ValueError"),
-        (rollback_zeroes_the_cache, "moves the length only"),
+        (rollback_checks_row_0, "every row must be checked"),
+        (rollback_one_length, "lesson 04's one-row rollback"),
+        (rollback_in_place, "changed the caller's tensors"),
     ],
 )
 def test_wrong_rollback_fails_with_a_diagnosis(wrong, says):
@@ -165,10 +238,11 @@ def test_wrong_rollback_fails_with_a_diagnosis(wrong, says):
 @pytest.mark.parametrize(
     "wrong, says",
     [
+        (commit_one_count, "lesson 04's one-row commit"),
+        (commit_one_crop, "lesson 04's one-row rollback"),
         (commit_keeps_rejected, "kept the rejected draft"),
         (commit_forgets_catch_up, "forgot the draft's catch-up"),
-        (commit_crops_draft_like_target, "forgot the draft's catch-up"),
-        (commit_drops_bonus, "dropped the bonus token"),
+        (commit_drops_bonus, "dropped the verifier's new token"),
         (commit_keeps_placeholders, "placeholders"),
         (commit_draft_two_behind, "cropped too far"),
     ],
@@ -182,13 +256,13 @@ def test_wrong_commit_fails_with_a_diagnosis(wrong, says):
 @pytest.mark.parametrize(
     "wrong, says",
     [
-        (_step(commit_tokens, catch_up=False), "forgot the draft's catch-up"),
-        (_step(commit_tokens, one_target_call=False), "ONE target call"),
-        (_step(commit_tokens, pending=False), "pending token"),
-        (_step(commit_keeps_rejected), "kept the rejected draft"),
-        (_step(commit_forgets_catch_up), "forgot the draft's catch-up"),
-        (_step(commit_crops_draft_like_target), "forgot the draft's catch-up"),
-        (_step(commit_drops_bonus), "dropped the bonus token"),
+        (_step(commit_row, catch_up=False), "forgot the draft's catch-up"),
+        (_step(commit_row, one_target_call=False), "ONE target call"),
+        (_step(commit_row, pending=False), "pending token"),
+        (_step(row_keeps_rejected), "kept the rejected draft"),
+        (_step(row_forgets_catch_up), "forgot the draft's catch-up"),
+        (_step(row_crops_draft_like_target), "forgot the draft's catch-up"),
+        (_step(row_drops_bonus), "dropped the bonus token"),
     ],
 )
 def test_wrong_step_fails_with_a_diagnosis(wrong, says):
@@ -220,9 +294,9 @@ def graded_notebooks(tmp_path_factory):
     # The classic off-by-one, made in the notebook: the target cache keeps the rejected draft.
     wrong = copy.deepcopy(solved)
     cell = next(c for c in wrong.cells if c.source.startswith("def commit_tokens"))
+    assert "new_target = rollback(target_lengths, n, num_accepted)" in cell.source
     cell.source = cell.source.replace(
-        "rollback(target_cache, len(ids), a)",
-        "target_cache.crop(min(target_cache.length, len(new_ids)))",
+        "new_target = rollback(target_lengths, n, num_accepted)", "new_target = new_n"
     )
     nbformat.write(wrong, folder / "ex04_keeps_rejected.ipynb")
     results = batch.grade(

@@ -1,8 +1,9 @@
 """Exercise 06's checks: a correct solution earns every point, each typical mistake loses them.
 
-The exercise varies lesson 06's cells: heads of several residual blocks, and the additive
-attention bias and positions of a tree given by parents in any order, after a cached prefix.
-Lesson 06's own one-block head and breadth-first mask do not pass as they are.
+The exercise varies lesson 06's cells: a head that also reads the token drafted before its
+own (as Hydra's heads do), of several residual blocks, and the additive attention bias and
+positions of a tree given by parents in any order, after a cached prefix. Lesson 06's own
+head (on h alone) and breadth-first mask do not pass as they are.
 """
 
 import pytest
@@ -16,11 +17,13 @@ from specdec_course.grading import checks_for, run_check
 
 
 class MedusaHead(nn.Module):
-    """A Medusa head: n_layers residual blocks on width C, then a copy of lm_head."""
+    """A head that reads h and the previous token: n_layers residual blocks, a copy of lm_head."""
 
     def __init__(self, lm_head_weight: torch.Tensor, n_layers: int = 1):
         super().__init__()
         V, C = lm_head_weight.shape
+        self.embed = nn.Embedding(V, C)
+        nn.init.zeros_(self.embed.weight)  # a fresh head is the base head
         self.blocks = nn.ModuleList(nn.Linear(C, C) for _ in range(n_layers))
         for block in self.blocks:  # each block starts as the identity: SiLU(0) = 0
             nn.init.zeros_(block.weight)
@@ -29,14 +32,15 @@ class MedusaHead(nn.Module):
         with torch.no_grad():
             self.lm_head.weight.copy_(lm_head_weight)  # a copy: the target stays as it is
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        h = h + self.embed(prev)
         for block in self.blocks:
             h = h + F.silu(block(h))
         return self.lm_head(h)
 
 
 def medusa_loss(head_logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Medusa-1 loss: sum over heads k = 1..K of 0.8**k times head k's cross-entropy."""
+    """Medusa-1 loss: the heads' cross-entropies, weighted as lesson 06 weighs them."""
     K, B, T, V = head_logits.shape
     loss = head_logits.new_zeros(())
     for k in range(1, K + 1):
@@ -79,7 +83,8 @@ class HeadSharedWeight(MedusaHead):
 
 
 class HeadNoResidual(MedusaHead):
-    def forward(self, h):
+    def forward(self, h, prev):
+        h = h + self.embed(prev)
         for b in self.blocks:
             h = F.silu(b(h))
         return self.lm_head(h)
@@ -92,8 +97,51 @@ class HeadOneBlockRepeated(MedusaHead):
 
 
 class HeadBlocksSideBySide(MedusaHead):
-    def forward(self, h):
+    def forward(self, h, prev):
+        h = h + self.embed(prev)
         return self.lm_head(h + sum(F.silu(b(h)) for b in self.blocks))
+
+
+class HeadIgnoresPrev(MedusaHead):
+    # lesson 06's head with an embedding it never reads
+    def forward(self, h, prev):
+        for b in self.blocks:
+            h = h + F.silu(b(h))
+        return self.lm_head(h)
+
+
+class HeadEmbedsAfter(MedusaHead):
+    def forward(self, h, prev):
+        for b in self.blocks:
+            h = h + F.silu(b(h))
+        return self.lm_head(h + self.embed(prev))
+
+
+class HeadEmbedNotZeroed(MedusaHead):
+    def __init__(self, w, n_layers=1):
+        super().__init__(w, n_layers)
+        nn.init.normal_(self.embed.weight)
+
+
+class LessonHeadLoop(nn.Module):
+    # Lesson 06's Head in a loop: the blocks right, but forward reads h alone.
+    def __init__(self, w, n_layers=1):
+        super().__init__()
+        V, C = w.shape
+        self.embed = nn.Embedding(V, C)
+        nn.init.zeros_(self.embed.weight)
+        self.blocks = nn.ModuleList(nn.Linear(C, C) for _ in range(n_layers))
+        for b in self.blocks:
+            nn.init.zeros_(b.weight)
+            nn.init.zeros_(b.bias)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        with torch.no_grad():
+            self.lm_head.weight.copy_(w)
+
+    def forward(self, h):
+        for b in self.blocks:
+            h = h + F.silu(b(h))
+        return self.lm_head(h)
 
 
 class LessonHead(nn.Module):
@@ -228,6 +276,10 @@ HEADS = [
     HeadNoResidual,
     HeadOneBlockRepeated,
     HeadBlocksSideBySide,
+    HeadIgnoresPrev,
+    HeadEmbedsAfter,
+    HeadEmbedNotZeroed,
+    LessonHeadLoop,
     LessonHead,
 ]
 LOSSES = [loss_unweighted, loss_off_by_one, loss_weights_from_one]
@@ -250,6 +302,10 @@ BIASES = [
         (HeadNoResidual, "identity"),
         (HeadOneBlockRepeated, "share their weights"),
         (HeadBlocksSideBySide, "one after another"),
+        (HeadIgnoresPrev, "ignored the token drafted before it"),
+        (HeadEmbedsAfter, "added after the blocks"),
+        (HeadEmbedNotZeroed, "embedding must start at zero"),
+        (LessonHeadLoop, "lesson 06's Head takes h alone"),
     ],
 )
 def test_wrong_head_fails_with_a_diagnosis(wrong, says):

@@ -23,7 +23,7 @@ import types
 
 import pytest
 import torch
-from test_grading_ex04 import _step, commit_tokens
+from test_grading_ex04 import _step, commit_row
 from test_grading_ex06 import MedusaHead
 
 from specdec_course.grading import call, run_check
@@ -87,7 +87,7 @@ def test_a_tree_walk_that_counts_its_calls_is_too_good_to_be_true():
 def _one_call_per_token(entry):
     """A speculative step that scores k + 1 tokens with k + 1 target calls through
     ``entry(target)`` (not ``target(...)``, which a forward hook would see)."""
-    honest = _step(commit_tokens)
+    honest = _step(commit_row)
 
     def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
         def sneaky_verify(d, q, p):
@@ -130,9 +130,9 @@ def test_a_python_object_with_a_grid_is_not_a_triton_kernel():
 
 
 class ZeroesItsInput(MedusaHead):
-    def forward(self, h):
+    def forward(self, h, prev):
         h.zero_()  # the judge's input, were it not a copy: its expected value would be 0
-        return super().forward(h)
+        return super().forward(h, prev)
 
 
 def test_a_head_that_zeroes_its_input_is_judged_on_the_judges_input():
@@ -147,13 +147,14 @@ def test_a_forged_head_report_earns_nothing(monkeypatch):
     # and compares with its own head, so only a real head's output passes.
     from specdec_course.grading.judge import ex06
 
-    def forged(cls, w, n_layers, h, weights):
+    def forged(cls, w, n_layers, h, prev, weights):
         C, V = w.shape[1], w.shape[0]
         return {
-            "module": True, "type": "MedusaHead", "layers": ("ModuleList", "Linear"),
-            "shapes": (tuple((((C, C), True),) * n_layers), ((V, C), True)),
+            "module": True, "type": "MedusaHead",
+            "layers": ("ModuleList", "Embedding", "Linear"),
+            "shapes": (tuple((((C, C), True),) * n_layers), (V, C), ((V, C), True)),
             "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
-            "random": h @ weights[1].T,  # lm_head alone: the blocks skipped
+            "random": h @ weights[2].T,  # lm_head alone: the blocks skipped
         }  # fmt: skip
 
     monkeypatch.setattr(ex06, "load_head", forged)

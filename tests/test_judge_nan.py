@@ -25,11 +25,13 @@ from specdec_course.model import KVCache
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Their answers are integers or booleans (token ids, a draft length, a stop): nothing to
+# Their answers are integers or booleans (token ids, lengths, a draft length, a stop): nothing to
 # make NaN. ex05's answer is a Triton kernel's token ids (and its source must be a file).
 NO_FLOAT_ANSWER = {
     "ex01.speculative_sample",
     "ex02.optimal_gamma",
+    "ex04.rollback",
+    "ex04.commit_tokens",
     "ex07.tree_walk",
     "ex08.next_k",
     "ex08.controller_k",

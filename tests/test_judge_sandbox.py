@@ -72,10 +72,10 @@ def alpha_estimate(*args, **kwargs):
 _FORGE = """
 import sys, torch
 probes = sys.modules["specdec_course.grading.kernel.probes"]
-def fake(cls, w, n_layers, h, weights):
+def fake(cls, w, n_layers, h, prev, weights):
     C, V = w.shape[1], w.shape[0]
-    return {"module": True, "type": "MedusaHead", "layers": ("ModuleList", "Linear"),
-            "shapes": (tuple((((C, C), True),) * n_layers), ((V, C), True)),
+    return {"module": True, "type": "MedusaHead", "layers": ("ModuleList", "Embedding", "Linear"),
+            "shapes": (tuple((((C, C), True),) * n_layers), (V, C), ((V, C), True)),
             "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
             "random": (h @ w.T) * 0}
 probes.PROBES["load_head"] = fake
@@ -89,7 +89,7 @@ FORGE_PROBE = (
 ZERO_INPUT = """
 _Base = MedusaHead
 class MedusaHead(_Base):
-    def forward(self, h):
+    def forward(self, h, prev):
         h.zero_()  # the judge's input, were it the judge's: its expected value would be 0
         return self.lm_head(h)
 """

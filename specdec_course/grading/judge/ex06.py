@@ -1,27 +1,32 @@
-"""Checks of exercise 06: a deeper Medusa head, the weighted loss, the tree pass's attention bias.
+"""Checks of exercise 06: a head that reads the token before it, the weighted loss, the tree
+pass's attention bias.
 
 Students implement, in ``exercises/ex06_medusa.ipynb``:
 
-- ``MedusaHead(lm_head_weight, n_layers=1)``: an ``nn.Module`` with ``self.blocks``, an
-  ``nn.ModuleList`` of ``n_layers`` residual blocks (``nn.Linear(C, C)`` each, weight and
-  bias zero, none shared), and ``self.lm_head`` (``nn.Linear(C, V, bias=False)``, a *copy* of
-  ``lm_head_weight [V, C]``); ``forward(h [..., C])`` applies ``h <- h + SiLU(block(h))`` for
-  each block in order, then ``lm_head`` (Medusa's ``medusa_num_layers``);
+- ``MedusaHead(lm_head_weight, n_layers=1)``: a head that, as Hydra's heads do (Ankner et
+  al. 2024), also reads the token drafted just before its own. An ``nn.Module`` with
+  ``self.embed`` (``nn.Embedding(V, C)``, zero), ``self.blocks``, an ``nn.ModuleList`` of
+  ``n_layers`` residual blocks (``nn.Linear(C, C)`` each, weight and bias zero, none shared),
+  and ``self.lm_head`` (``nn.Linear(C, V, bias=False)``, a *copy* of ``lm_head_weight [V,
+  C]``); ``forward(h [..., C], prev [...])`` starts from ``x = h + embed(prev)``, applies
+  ``x <- x + SiLU(block(x))`` for each block in order, then ``lm_head``;
 - ``medusa_loss(head_logits, ids)``: ``head_logits [K, B, T, V]`` are the heads' logits at
   every position of the windows ``ids [B, T]``; head ``k`` (1-based) at position ``t``
   predicts ``ids[:, t + 1 + k]`` (positions whose label lies past the window are left out);
-  return ``sum_k 0.8^k * CE_k``, ``CE_k`` the mean cross-entropy of head ``k``;
+  return ``sum_k 0.8^k * CE_k``, ``CE_k`` the mean cross-entropy of head ``k`` (the stub
+  asks for lesson 06's weights without giving them);
 - ``tree_attention_bias(parents, prefix_len)``: the additive attention bias and the position
   ids of one tree pass after a cached prefix. Node 0 is the root (``parents[0] == -1``), the
   nodes come in any order (a parent may follow its child); ``bias [T, prefix_len + T]`` is 0
   where node ``i`` may attend (the whole prefix, itself, its ancestors) and ``-inf``
   elsewhere, and ``positions[i] = prefix_len + depth(i)``.
 
-Lesson 06 builds a one-block head and the boolean mask of a breadth-first list of paths;
-several blocks, a tree given by parents in any order, the prefix and the positions are this
-exercise's variations. The reference is :mod:`specdec_course.medusa` (``ResBlock``,
-``head_targets`` + ``medusa_loss``, ``build_tree``). Everything is exact arithmetic on
-seeded random inputs (no sampling), compared to 1e-5.
+Lesson 06 builds a one-block head on ``h`` alone (its ``Head`` fails the check: it cannot
+take the previous token) and the boolean mask of a breadth-first list of paths; the token
+read beside ``h``, several blocks, a tree given by parents in any order, the prefix and the
+positions are this exercise's variations. The reference is :mod:`specdec_course.medusa`
+(``ResBlock``, ``head_targets`` + ``medusa_loss``, ``build_tree``). Everything is exact
+arithmetic on seeded random inputs (no sampling), compared to 1e-5.
 """
 
 from __future__ import annotations
@@ -45,9 +50,10 @@ ATOL = 1e-5
 # ------------------------------------------------------------------------------------ the head
 
 
-def _reference_head(weights) -> nn.Module:
-    """The package's pieces holding the student's weights: ResBlocks in order, then lm_head."""
-    blocks, lm_w = weights
+def _reference_head(weights, h: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    """The package's pieces holding the judge's weights: the previous token's embedding added
+    to ``h``, ResBlocks in order, then lm_head."""
+    blocks, embed_w, lm_w = weights
     C = lm_w.shape[1]
     layers = []
     for w, b in blocks:
@@ -59,7 +65,7 @@ def _reference_head(weights) -> nn.Module:
     lm_head = nn.Linear(C, lm_w.shape[0], bias=False)
     with torch.no_grad():
         lm_head.weight.copy_(lm_w)
-    return nn.Sequential(*layers, lm_head)
+        return nn.Sequential(*layers, lm_head)(h + embed_w[prev])
 
 
 def _step(info: dict, key: str):
@@ -69,14 +75,27 @@ def _step(info: dict, key: str):
     return info.get(key)
 
 
-def _diagnose_forward(weights, h: torch.Tensor, got: torch.Tensor) -> str:
-    blocks, lm_w = weights
-    h = h.double()
+def _diagnose_forward(weights, h: torch.Tensor, prev: torch.Tensor, got: torch.Tensor) -> str:
+    blocks, embed_w, lm_w = weights
+    e = embed_w.double()[prev]
+    h0 = h.double()
+    h = h0 + e
     W = [(w.double(), b.double()) for w, b in blocks]
 
     def close(x):
         logits = x @ lm_w.double().T
         return got.shape == logits.shape and torch.allclose(got, logits, atol=1e-4)
+
+    x = h0
+    for w, b in W:
+        x = x + torch.nn.functional.silu(x @ w.T + b)
+    if close(x):
+        return (
+            "your head ignored the token drafted before it, as lesson 06's Head (which reads "
+            "h alone) does: its embedding joins h before the blocks"
+        )
+    if close(x + e):
+        return "the token's embedding was added after the blocks: it joins h before them"
 
     side = h + sum(torch.nn.functional.silu(h @ w.T + b) for w, b in W)
     if len(W) > 1 and close(side):
@@ -101,10 +120,12 @@ def _diagnose_forward(weights, h: torch.Tensor, got: torch.Tensor) -> str:
     "ex06.medusa_head",
     points=3,
     needs="MedusaHead",
-    title="a Medusa head of n residual blocks, then a copy of lm_head",
-    hint="lesson 06 builds the one-block head; a deeper head repeats its residual block, "
-    "each with weights of its own, each starting as the identity so that a fresh head is "
-    "still the target's own head. Repeating one module object repeats its weights too",
+    title="a head that reads the previous token, n residual blocks, then a copy of lm_head",
+    hint="lesson 06's head reads h alone; this one also reads what the token before its own "
+    "guess was. Where can a token enter a vector of width C, and what must that entry start "
+    "as so that a fresh head is still the target's own head? The same question holds for "
+    "each block, each with weights of its own (repeating one module object repeats its "
+    "weights too)",
 )
 def check_medusa_head(cls) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(0))
@@ -112,13 +133,15 @@ def check_medusa_head(cls) -> Iterator[Case]:
     for C, V, n in ((8, 11, 1), (24, 65, 2), (12, 7, 3)):
         w = torch.randn(V, C, generator=g)
         h = torch.randn(5, 3, C, generator=g)
+        prev = torch.randint(0, V, (5, 3), generator=g)
         blocks = tuple(
             (torch.randn(C, C, generator=g), torch.randn(C, generator=g)) for _ in range(n)
         )
-        cases.append((C, V, n, w, h, (blocks, torch.randn(V, C, generator=g))))
-    for C, V, n, w, h, weights in cases:
+        embed_w = torch.randn(V, C, generator=g)
+        cases.append((C, V, n, w, h, prev, (blocks, embed_w, torch.randn(V, C, generator=g))))
+    for C, V, n, w, h, prev, weights in cases:
         info = call(
-            f"MedusaHead(weight [{V}, {C}], n_layers={n})", load_head, cls, w, n, h, weights
+            f"MedusaHead(weight [{V}, {C}], n_layers={n})", load_head, cls, w, n, h, prev, weights
         )
         if not isinstance(info, dict):
             raise TypeError("the head probe returned no report")
@@ -134,16 +157,19 @@ def check_medusa_head(cls) -> Iterator[Case]:
             return
         shapes = info.get("shapes")
         if shapes is None:
-            blocks, lm = (tuple(info.get("layers") or ()) + ("?", "?"))[:2]
+            blocks, embed, lm = (tuple(info.get("layers") or ()) + ("?", "?", "?"))[:3]
             yield Case(
                 name,
                 False,
-                "blocks (an nn.ModuleList of nn.Linear) and lm_head (an nn.Linear)",
-                f"blocks={blocks}, lm_head={lm}",
-                "the grader reads self.blocks and self.lm_head: keep those names and types",
+                "embed (an nn.Embedding), blocks (an nn.ModuleList of nn.Linear) and lm_head "
+                "(an nn.Linear)",
+                f"embed={embed}, blocks={blocks}, lm_head={lm}",
+                "the grader reads self.embed, self.blocks and self.lm_head: keep those names "
+                "and types (lesson 06's Head has no embedding: this head reads the token "
+                "drafted before its own)",
             )
             return
-        blocks, lm = shapes
+        blocks, embed_shape, lm = shapes
         want = tuple((((C, C), True),) * n), ((V, C), True)
         if len(blocks) != n:
             yield Case(
@@ -154,26 +180,40 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 f"n_layers={n} asks for {n} residual blocks",
             )
             return
-        if (tuple(tuple(b) for b in blocks), tuple(lm)) != (want[0], want[1]):
+        if (tuple(tuple(b) for b in blocks), tuple(lm)) != (want[0], want[1]) or tuple(
+            embed_shape
+        ) != (V, C):
             yield Case(
                 name,
                 False,
-                f"blocks [{C}, {C}] with bias, lm_head [{V}, {C}] without",
+                f"embed [{V}, {C}], blocks [{C}, {C}] with bias, lm_head [{V}, {C}] without",
                 fmt(shapes),
-                "a block maps C -> C (with a bias); lm_head maps C -> V without a bias, like "
-                "the target's",
+                "embed holds a vector of width C per token; a block maps C -> C (with a "
+                "bias); lm_head maps C -> V without a bias, like the target's",
             )
             return
         if not (info.get("distinct") and info.get("blocks_distinct")):
             yield Case(
                 f"{name}: every block has its own weights",
                 False,
-                f"{n} blocks, {2 * n + 1} distinct parameter tensors",
+                f"{n} blocks, {2 * n + 2} distinct parameter tensors",
                 "blocks that share their weights",
                 "the blocks are one module repeated, so they share their weights: training "
                 "one trains all",
             )
             return
+        if "fresh" not in info and "error" in info:
+            err = info["error"] if isinstance(info["error"], dict) else {}
+            if "TypeError" in (err.get("bases") or ()) and "argument" in str(err.get("message")):
+                yield Case(
+                    f"{name}: forward(h, prev)",
+                    False,
+                    "forward takes h and prev",
+                    f"TypeError: {str(err.get('message'))[:120]}",
+                    "forward must take the token drafted before this head's (prev) beside h; "
+                    "lesson 06's Head takes h alone",
+                )
+                return
         fresh = as_vector(_step(info, "fresh"))
         base = (h @ w.T).double()
         if fresh is None or fresh.shape != base.shape or not torch.allclose(fresh, base, atol=ATOL):
@@ -182,8 +222,9 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 False,
                 fmt(base[0, 0]),
                 fmt(None if fresh is None else fresh.flatten()[:V]),
-                "a fresh head is not the target's own head: every block must start as the "
-                "identity (its weight and its bias) and lm_head as a copy of lm_head_weight",
+                "a fresh head is not the target's own head: the embedding must start at zero, "
+                "every block as the identity (its weight and its bias) and lm_head as a copy "
+                "of lm_head_weight",
             )
             return
         yield Case(f"{name}: a fresh head equals the base head", True)
@@ -197,8 +238,7 @@ def check_medusa_head(cls) -> Iterator[Case]:
             )
             return
         got = as_vector(_step(info, "random"))
-        with torch.no_grad():
-            exp = _reference_head(weights)(h).double()
+        exp = _reference_head(weights, h, prev).double()
         ok = got is not None and got.shape == exp.shape and torch.allclose(got, exp, atol=1e-4)
         yield Case(
             f"{name}: forward with random weights",
@@ -209,7 +249,7 @@ def check_medusa_head(cls) -> Iterator[Case]:
             if ok
             else "forward returned no tensor"
             if got is None
-            else _diagnose_forward(weights, h, got),
+            else _diagnose_forward(weights, h, prev, got),
         )
         if not ok:
             return

@@ -62,14 +62,17 @@ def launch_race(
     return token
 
 
-def load_head(cls, w: torch.Tensor, n_layers: int, h: torch.Tensor, weights) -> dict:
-    """Build the student's head from ``w``, run it on ``h``, load the judge's ``weights``
-    (``((block weight, block bias), ...), lm_head weight``) into it and run it again.
+def load_head(
+    cls, w: torch.Tensor, n_layers: int, h: torch.Tensor, prev: torch.Tensor, weights
+) -> dict:
+    """Build the student's head from ``w``, run it on ``(h, prev)``, load the judge's
+    ``weights`` (``((block weight, block bias), ...), embedding weight, lm_head weight``) into
+    it and run it again.
 
-    Returns plain data: its type, its blocks' and lm_head's types and shapes, whether its
-    parameters are distinct tensors, whether lm_head shares ``w``, and the two outputs. An
-    error of the constructor propagates; a later one is returned as plain data (with its
-    case) and ends the probe.
+    Returns plain data: its type, its blocks', embedding's and lm_head's types and shapes,
+    whether its parameters are distinct tensors, whether lm_head shares ``w``, and the two
+    outputs. An error of the constructor propagates; a later one is returned as plain data
+    (with its case) and ends the probe.
     """
     C, V = w.shape[1], w.shape[0]
     w_before = w.clone()
@@ -78,31 +81,39 @@ def load_head(cls, w: torch.Tensor, n_layers: int, h: torch.Tensor, weights) -> 
     if not out["module"]:
         return out
     blocks, lm = getattr(head, "blocks", None), getattr(head, "lm_head", None)
+    embed = getattr(head, "embed", None)
     listed = isinstance(blocks, nn.ModuleList)
-    out["layers"] = (type(blocks).__name__, type(lm).__name__)
-    if not (listed and all(isinstance(b, nn.Linear) for b in blocks) and isinstance(lm, nn.Linear)):
+    out["layers"] = (type(blocks).__name__, type(embed).__name__, type(lm).__name__)
+    if not (
+        listed
+        and all(isinstance(b, nn.Linear) for b in blocks)
+        and isinstance(embed, nn.Embedding)
+        and isinstance(lm, nn.Linear)
+    ):
         return out
     out["shapes"] = (
         tuple((tuple(b.weight.shape), b.bias is not None) for b in blocks),
+        tuple(embed.weight.shape),
         (tuple(lm.weight.shape), lm.bias is None),
     )
     params = list(head.parameters())
-    out["distinct"] = len({p.data_ptr() for p in params}) == len(params) == 2 * len(blocks) + 1
+    out["distinct"] = len({p.data_ptr() for p in params}) == len(params) == 2 * len(blocks) + 2
     out["blocks_distinct"] = len({id(b) for b in blocks}) == len(blocks)
     name = f"C={C}, V={V}, {n_layers} block(s)"
     try:
         with torch.no_grad():
-            out["fresh"] = call_student(f"{name}: forward of a fresh head", head, h)
+            out["fresh"] = call_student(f"{name}: forward of a fresh head", head, h, prev)
         out["shared"] = lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before)
-        block_weights, lm_w = weights
+        block_weights, embed_w, lm_w = weights
         if len(block_weights) != len(blocks):
             return out
         with torch.no_grad():
             for b, (bw, bb) in zip(blocks, block_weights):
                 b.weight.copy_(bw)
                 b.bias.copy_(bb)
+            embed.weight.copy_(embed_w)
             lm.weight.copy_(lm_w)
-            out["random"] = call_student(f"{name}: forward with trained weights", head, h)
+            out["random"] = call_student(f"{name}: forward with trained weights", head, h, prev)
     except Exception as e:  # noqa: BLE001 - the student's, reported when the check gets there
         out["error"] = wire.error_info(e)
     return out

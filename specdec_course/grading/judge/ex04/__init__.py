@@ -2,14 +2,16 @@
 
 Students implement, in ``exercises/ex04_rollback.ipynb``:
 
-- ``rollback(cache, prefix_len, num_accepted)``: the cache holds ``prefix_len`` committed
-  tokens followed by the drafts the target scored; keep the prefix and the first
-  ``num_accepted`` drafts (``cache.crop(prefix_len + num_accepted)``); a ``ValueError``
-  unless ``0 <= num_accepted <= cache.length - prefix_len``;
-- ``commit_tokens(ids, token_ids, num_accepted, target_cache, draft_cache) -> new_ids``: the
-  bookkeeping after the verifier: append ``token_ids[0, :a + 1]`` (accepted drafts and the
-  recovered or bonus token) to the ``n`` committed ``ids``, crop the target cache to
-  ``n' - 1`` and the draft cache to ``min(draft_cache.length, n' - 1)``;
+- ``rollback(lengths, prefix_lens, num_accepted) -> new_lengths``: a batch of ``B`` rows
+  (int64 ``[B]`` each); row ``b``'s cache held ``prefix_lens[b]`` committed tokens and then
+  the drafts it fed (``lengths[b]`` in all); keep the prefix and the row's accepted drafts
+  (``prefix_lens + num_accepted``, a new tensor); a ``ValueError`` unless ``0 <=
+  num_accepted[b] <= lengths[b] - prefix_lens[b]`` for every row;
+- ``commit_tokens(ids, n, token_ids, num_accepted, target_lengths, draft_lengths) -> (ids,
+  n, target_lengths, draft_lengths)``: the bookkeeping after the batched verifier: row ``b``
+  appends ``token_ids[b, :a_b + 1]`` to its ``n[b]`` committed ids (``ids [B, L]``, padded),
+  and its caches' new lengths are ``n'_b - 1`` (target) and ``min(draft_lengths[b], n'_b -
+  1)`` (draft). Lesson 04's one-row commit (one count, one crop per cache) fails both;
 - ``speculative_step(target, draft, ids, target_cache, draft_cache, k, verify,
   generator=None) -> new_ids``: one iteration of speculative decoding at temperature 1: the
   draft feeds its catch-up ``ids[draft_cache.length:]`` and samples ``k`` drafts, the target
@@ -20,7 +22,8 @@ The cache invariant is the package's (see :mod:`specdec_course.decoding`): with 
 committed tokens the target cache holds the first ``n - 1`` (the last one is pending), the
 draft cache the first ``n - 1`` or, right after a full acceptance, ``n - 2``.
 
-The checks use two small random ``CharGPT`` models (fast and deterministic) and compare the
+``rollback`` and ``commit_tokens`` are checked on lengths and ids alone. The step's checks use
+two small random ``CharGPT`` models (fast and deterministic) and compare the
 caches with a fresh run over the committed tokens (:func:`specdec_course.decoding.
 caches_consistent`). ``speculative_step`` is called with a ``verify`` that forces the outcome
 (a rejection in the middle, at the first draft, at the last, full acceptance) and checks

@@ -1,8 +1,11 @@
-"""Check ``ex04.commit_tokens``: the verifier's tokens committed, both caches rolled back.
+"""Check ``ex04.commit_tokens``: a batch's verified tokens committed row by row, with each
+row's new target and draft cache lengths.
 
-What a commit must leave (the ids, both cache lengths and contents) is checked by one
-function, :func:`_commit_problem`, that ``ex04.speculative_step`` uses too: a step ends with
-the same bookkeeping.
+Every row accepted its own number of drafts, so every row commits its own number of tokens
+and its caches keep their own lengths; lesson 04's one-row commit (one ``crop`` per cache,
+one count) gives them all the same, and the check names that mistake. What one row's step
+must leave in real caches (the ids, both cache lengths and contents) is checked by
+:func:`_commit_problem`, which ``ex04.speculative_step`` uses.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from specdec_course.decoding import caches_consistent
 from specdec_course.model import CharGPT, KVCache
 
 from .._support import fmt
-from ..core import Case, StudentError, call, register
-from ._common import _as_ids, _fed, _models, _text, _tokens, _verifier_row
+from ..core import Case, StudentError, call_inplace, register
+from ._common import V, _as_ids, _text, _tokens
 
 
 def _diagnose_ids(ids, expected, got, a, k) -> str:
@@ -174,59 +177,202 @@ def _commit_problem(
     return None
 
 
-def _commit_case(fn, target, draft, n: int, k: int, a: int, seed: int) -> Case:
-    ids, drafts = _tokens(n, seed), _tokens(k, seed + 1)
-    # The caches as one step leaves them before verification: the target scored the pending
-    # token and all k drafts; the draft fed every draft but its last.
-    tc = _fed(target, torch.cat([ids, drafts]))
-    dc = _fed(draft, torch.cat([ids, drafts[: k - 1]]))
-    with torch.no_grad():
-        p = target(torch.cat([ids, drafts])[None])[0, n - 1 :].softmax(-1)
-    res = _verifier_row(drafts, a, p)
-    what = "full acceptance, bonus token" if a == k else f"rejection at position {a + 1}"
-    label = f"n = {n}, k = {k}, {a} accepted ({what})"
-    tc_len, dc_len = tc.length, dc.length
-    try:
-        out = call(label, fn, ids.clone(), res.token_ids.clone(), res.num_accepted.clone(), tc, dc)
-    except StudentError as e:
-        msg = _crop_error(e, tc_len, dc_len, a, k)
-        if msg is None:
-            raise
-        return Case(label, False, "no error", f"{type(e.exc).__name__}: {e.exc}", msg)
-    expected = torch.cat([ids, res.token_ids[0, : a + 1]])
-    problem = _commit_problem(
-        label,
-        out,
-        ids,
-        expected,
-        a,
-        k,
-        (target, tc),
-        (draft, dc),
-        spelled_out=True,
-        cache_message=_CROP_ONLY,
+def _vec(xs) -> str:
+    return "[" + ", ".join(str(int(x)) for x in xs) + "]"
+
+
+def _batch(ns: list[int], k: int, accepted: list[int], seed: int):
+    """A batch as the verifier leaves it: committed ids (padded with -1), its answer."""
+    B, width = len(ns), max(ns) + k + 1
+    ids = torch.full((B, width), -1, dtype=torch.long)
+    token_ids = torch.full((B, k + 1), -1, dtype=torch.long)
+    for b, (n, a) in enumerate(zip(ns, accepted)):
+        ids[b, :n] = _tokens(n, seed + b)
+        drafts = _tokens(k, seed + 50 + b)
+        token_ids[b, :a] = drafts[:a]
+        # the recovered token differs from the rejected draft; the bonus is any token
+        token_ids[b, a] = (int(drafts[a]) + 1) % V if a < k else int(_tokens(1, seed + 90 + b))
+    return ids, token_ids
+
+
+def _same(x: torch.Tensor) -> bool:
+    return x.numel() > 1 and bool((x == x[0]).all())
+
+
+def _diagnose_batch_n(got, n, a, k) -> str:
+    want = n + a + 1
+    if torch.equal(got, n + a):
+        return (
+            "you dropped the verifier's new token: every row commits its accepted drafts and "
+            "one token more (recovered after a rejection, the bonus after full acceptance)"
+        )
+    if torch.equal(got, n + k + 1) and not torch.equal(a, torch.full_like(a, k)):
+        return (
+            "every row committed all k + 1 entries of the verifier's row: its -1s are "
+            "placeholders, not tokens; row b commits a_b + 1"
+        )
+    if torch.equal(got, n + int(a[0]) + 1) or (_same(got) and not _same(want)):
+        return (
+            "every row committed the same number of tokens, as lesson 04's one-row commit "
+            "does: in a batch each row accepted its own number of drafts, a_b, and commits "
+            "a_b + 1 tokens"
+        )
+    return "the new lengths are not each row's old length plus its accepted drafts plus one"
+
+
+def _diagnose_batch_target(got, n, a, k) -> str:
+    want = n + a
+    if _same(got) and not _same(want):
+        return (
+            "every row's target cache got the same length, as one cache.crop(n) gives one "
+            "sequence (lesson 04's one-row rollback): in a batch each row keeps its own "
+            "committed tokens but the pending one"
+        )
+    if torch.equal(got, want + 1):
+        return (
+            "you kept the rejected draft (or cached the pending token): the target cache "
+            "holds every committed token but the newest, which is pending"
+        )
+    if torch.equal(got, n + k):
+        return "the target cache was not rolled back"
+    if torch.equal(got, want - 1):
+        return "one position too few: a committed token is missing from the target cache"
+    rows = (got != want).nonzero().flatten().tolist()
+    return f"row {rows[0]}'s target cache does not hold what the conventions say"
+
+
+def _diagnose_batch_draft(got, want, n, a, k) -> str:
+    full = a == k
+    if bool(full.any()) and torch.equal(got[full], (n + a + 1)[full] - 1):
+        b = int(full.nonzero()[0])
+        return (
+            f"you forgot the draft's catch-up (row {b} accepted all {k} drafts): the draft "
+            f"model never fed its last draft d_{k}, so that row's cache cannot hold it"
+        )
+    if _same(got) and not _same(want):
+        return (
+            "every row's draft cache got the same length, as one crop gives one sequence: in "
+            "a batch each row keeps what it fed of its own committed tokens"
+        )
+    if bool((got > want).any()):
+        return "a row's draft cache still holds a rejected draft"
+    if torch.equal(got, n + k - 1):
+        return "the draft cache was not rolled back"
+    return (
+        "the draft cache was cropped too far: a row dropped committed tokens it had already "
+        "fed, which it would have to feed again"
     )
-    return problem or Case(label, True)
 
 
-# (n, k, accepted): a rejection in the middle, at the first draft, at the last draft, full
-# acceptance, and the same with a single draft.
-_COMMIT_CASES = [(10, 5, 2), (10, 5, 0), (10, 5, 4), (10, 5, 5), (7, 1, 0), (7, 1, 1), (12, 3, 3)]
+# (committed lengths n, drafts k, accepted per row): one row, equal rows with every outcome,
+# ragged rows, single drafts, two full acceptances beside a rejection.
+_COMMIT_CASES = [
+    ([10], 5, [2]),
+    ([10, 10, 10], 5, [2, 5, 0]),
+    ([7, 12, 9], 3, [3, 1, 2]),
+    ([5, 8, 6, 11], 1, [0, 1, 1, 0]),
+    ([12, 4, 9], 4, [4, 3, 4]),
+]
+
+
+def _commit_batch_case(fn, ns, k, accepted, seed) -> Case:
+    n, a = torch.tensor(ns), torch.tensor(accepted)
+    ids, token_ids = _batch(ns, k, accepted, seed)
+    tl, dl = n + k, n + k - 1  # the target fed the pending token and k drafts; the draft k - 1
+    label = f"n = {_vec(n)}, k = {k}, accepted {_vec(a)}"
+    args = (ids, n, token_ids, a, tl, dl)
+    out, after = call_inplace(label, fn, *args)
+    new_n = n + a + 1
+    want_t, want_d = new_n - 1, torch.minimum(dl, new_n - 1)
+    shape = "(ids, n, target_lengths, draft_lengths)"
+    if not isinstance(out, (tuple, list)) or len(out) != 4:
+        return Case(label, False, f"a tuple {shape}", fmt(out), f"return the four of {shape}")
+    got_ids, got_n, got_t, got_d = (_as_long(x) for x in out)
+    for name, got, want, diag in (
+        ("n", got_n, new_n, _diagnose_batch_n),
+        ("target_lengths", got_t, want_t, _diagnose_batch_target),
+    ):
+        if got is None or got.shape != want.shape or not torch.equal(got, want):
+            msg = f"{name}: one whole number per row"
+            if got is not None and got.shape == want.shape:
+                msg = diag(got, n, a, k)
+            return Case(label, False, f"{name} {_vec(want)}", fmt(got), msg)
+    if got_d is None or got_d.shape != want_d.shape or not torch.equal(got_d, want_d):
+        msg = "draft_lengths: one whole number per row"
+        if got_d is not None and got_d.shape == want_d.shape:
+            msg = _diagnose_batch_draft(got_d, want_d, n, a, k)
+        return Case(label, False, f"draft_lengths {_vec(want_d)}", fmt(got_d), msg)
+    if (
+        got_ids is None
+        or got_ids.dim() != 2
+        or got_ids.shape[0] != len(ns)
+        or (got_ids.shape[1] < int(new_n.max()))
+    ):
+        return Case(
+            label,
+            False,
+            f"ids of {len(ns)} rows, at least {int(new_n.max())} columns",
+            fmt(out[0]),
+            "return the committed ids as a 2-D int64 tensor, one row per sequence",
+        )
+    for b in range(len(ns)):
+        m, nb, ab = int(new_n[b]), ns[b], accepted[b]
+        want_row = torch.cat([ids[b, :nb], token_ids[b, : ab + 1]])
+        if not torch.equal(got_ids[b, :m], want_row):
+            row = got_ids[b, :m]
+            msg = f"row {b}'s new tokens are not written right after its {nb} committed ones"
+            if bool((row < 0).any()):
+                msg = (
+                    f"row {b} holds -1 among its committed tokens: the verifier's "
+                    "placeholders are not tokens, and each row's new tokens start at its own "
+                    "length"
+                )
+            elif not torch.equal(row[:nb], ids[b, :nb]):
+                msg = f"row {b}'s old committed tokens changed"
+            return Case(
+                label,
+                False,
+                f"row {b}: {_text(want_row[nb:])} after its {nb} old tokens",
+                _text(row[nb:]),
+                msg,
+            )
+    if not all(
+        isinstance(x, torch.Tensor) and x.shape == y.shape and torch.equal(x, y)
+        for x, y in zip(after, args)
+    ):
+        return Case(
+            label,
+            False,
+            "the arguments unchanged",
+            "changed in place",
+            "your commit changed the caller's tensors; return new ones",
+        )
+    return Case(f"{label}: n -> {_vec(new_n)}, target {_vec(want_t)}, draft {_vec(want_d)}", True)
+
+
+def _as_long(x) -> torch.Tensor | None:
+    try:
+        t = torch.as_tensor(x)
+    except Exception:  # noqa: BLE001 - not numbers
+        return None
+    if t.is_floating_point() or t.is_complex():
+        if not bool((t == t.round()).all()):
+            return None
+    return t.detach().to("cpu", torch.long)
 
 
 @register(
     "ex04.commit_tokens",
     points=4,
     needs="commit_tokens",
-    title="committing the verifier's tokens and rolling both caches back",
-    hint="write down, for both outcomes of the table in section 2, which committed tokens "
-    "each cache has fed: the target never holds the pending token, and the draft cannot "
-    "hold a token it never fed. The lengths follow from that",
+    title="committing a batch's verified tokens, row by row, and both caches' new lengths",
+    hint="fill in section 2's table for one row first, then ask which numbers in it differ "
+    "from row to row: the target never holds the pending token, and the draft cannot hold "
+    "a token it never fed",
 )
 def check_commit_tokens(fn) -> Iterator[Case]:
-    target, draft = _models()
-    for i, (n, k, a) in enumerate(_COMMIT_CASES):
-        case = _commit_case(fn, target, draft, n, k, a, 200 + 10 * i)
+    for i, (ns, k, accepted) in enumerate(_COMMIT_CASES):
+        case = _commit_batch_case(fn, ns, k, accepted, 200 + 100 * i)
         yield case
         if not case.passed:
             return

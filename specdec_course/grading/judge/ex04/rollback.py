@@ -1,4 +1,11 @@
-"""Check ``ex04.rollback``: the target cache cropped to the prefix and the accepted drafts."""
+"""Check ``ex04.rollback``: a batch of rows, each cropped to its prefix and its accepted drafts.
+
+Rows share one cache but not their lengths: row ``b`` held ``prefix_lens[b]`` committed
+tokens, the target call fed it its drafts, and the verifier accepted ``num_accepted[b]`` of
+them. The new length of row ``b`` is ``prefix_lens[b] + num_accepted[b]``. Lesson 04's
+one-row code (one ``cache.crop(n)``, one number for the cache) gives every row the same
+length; the check names that mistake.
+"""
 
 from __future__ import annotations
 
@@ -6,85 +13,69 @@ from collections.abc import Iterator
 
 import torch
 
-from specdec_course.decoding import caches_consistent
+from .._support import as_vector, fmt
+from ..core import Case, StudentError, call_inplace, register
 
-from ..core import Case, call, register
-from ._common import ATOL, V, _fed, _models, _next_logits, _tokens
 
+def _vec(xs) -> str:
+    return "[" + ", ".join(str(int(x)) for x in xs) + "]"
+
+
+# (label, lengths after the target call, prefix lengths, accepted): rows that fed different
+# numbers of drafts, each accepting its own number of them.
 _ROLLBACK_CASES = [
-    # (label, number accepted of the 5 drafts)
-    ("rejection at position 3 (2 accepted)", 2),
-    ("rejection at position 1 (0 accepted)", 0),
-    ("rejection at position 5 (4 accepted)", 4),
-    ("all 5 drafts accepted", 5),
+    ("one row, rejection at position 3", [15], [10], [2]),
+    ("three rows of equal prefix, 0, 2 and all 5 accepted", [15, 15, 15], [10, 10, 10], [0, 2, 5]),
+    ("ragged rows: prefixes 12, 7, 20; 4, 4, 2 drafts fed", [16, 11, 22], [12, 7, 20], [3, 0, 2]),
+    ("four rows, row 0 accepting most", [9, 14, 6, 30], [5, 10, 2, 26], [4, 1, 0, 2]),
 ]
 
 
-def _rollback_case(label, fn, target, prefix, drafts, a) -> Case:
-    n, k = prefix.numel(), drafts.numel()
-    cache = _fed(target, torch.cat([prefix, drafts]))
-    call(label, fn, cache, n, a)
-    keep = torch.cat([prefix, drafts[:a]])
-    want = n + a
-    got = cache.length
-    if got != want:
-        if got == want + 1 and a < k:
-            msg = (
-                f"you kept the rejected draft (position {a + 1}): only the {n}-token prefix "
-                f"and the {a} accepted drafts stay in the cache"
-            )
-        elif got == want - 1:
-            msg = "one position too few: the prefix and every accepted draft stay"
-        elif got == n + k and a < k:
-            msg = "the cache was not rolled back"
-        else:
-            msg = "the cache holds neither more nor less than the prefix and the accepted drafts"
-        return Case(label, False, f"cache.length {want} ({n} prefix + {a} accepted)", f"{got}", msg)
-    if not caches_consistent(target, cache, keep):
-        return Case(
-            label,
-            False,
-            "the first positions unchanged",
-            "keys/values differ from a fresh run over the kept tokens",
-            "the cached keys and values changed: a rollback moves the length only",
+def _diagnose(got: torch.Tensor, lengths, prefix, a) -> str:
+    want = prefix + a
+    if torch.equal(got, lengths.double()):
+        return "the lengths did not change: nothing was rolled back"
+    if torch.equal(got, (want + (a < lengths - prefix).long()).double()):
+        return (
+            "you kept the rejected draft: a row that rejected a draft keeps its prefix and "
+            "its accepted drafts only"
         )
-    # The next step sees exactly what a fresh run over the kept tokens would.
-    t = torch.tensor([(int(drafts[a]) + 1) % V if a < k else 3])
-    with torch.no_grad():
-        nxt = target(t[None], cache)[0, -1]
-    fresh = _next_logits(target, torch.cat([keep, t]))
-    diff = (nxt - fresh).abs().max().item()
-    if not diff <= ATOL:  # (NaN fails too)
-        return Case(
-            label,
-            False,
-            "the next step's logits equal a fresh run over the kept tokens + the new one",
-            f"largest difference {diff:.2e}",
-            "after the rollback the next forward does not continue from the kept tokens: "
-            "were the cached keys and values changed?",
+    if got.numel() > 1 and bool((got == got[0]).all()) and not bool((want == want[0]).all()):
+        return (
+            "every row got the same length, as one cache.crop(n) gives one sequence (lesson "
+            "04's one-row rollback): in a batch each row keeps its own prefix and its own "
+            "accepted drafts"
         )
-    return Case(f"{label}: cache holds {want} positions, next step equals a fresh run", True)
+    if torch.equal(got, (prefix + a[0]).double()) or torch.equal(got, (prefix[0] + a).double()):
+        return "row 0's numbers were used for every row: each row has its own prefix and count"
+    if torch.equal(got, (want - 1).double()):
+        return "one position too few in every row: the prefix and every accepted draft stay"
+    return "the new lengths are not each row's prefix plus its accepted drafts"
 
 
-def _raises_value_error(label, fn, target, prefix, drafts, a) -> Case:
-    cache = _fed(target, torch.cat([prefix, drafts]))
-    name = f"rollback(cache, {prefix.numel()}, {a}) with {drafts.numel()} drafts raises ValueError"
+def _bad_rollback(fn, lengths, prefix, a) -> Case:
+    name = (
+        f"rollback({_vec(lengths)}, {_vec(prefix)}, {_vec(a)}) raises ValueError "
+        "(a row cannot accept more drafts than it fed, nor a negative number)"
+    )
     try:
-        fn(cache, prefix.numel(), a)
-    except ValueError:
-        return Case(name, True)
+        call_inplace(name, fn, lengths, prefix, a)
     except NotImplementedError:
         raise
-    except Exception as e:  # noqa: BLE001 - the wrong kind of error is a failed case
+    except StudentError as e:
+        exc = e.exc
+        if isinstance(exc, ValueError):
+            return Case(name, True)
         return Case(
-            name, False, "ValueError", type(e).__name__, "the wrong kind of error for bad input"
+            name, False, "ValueError", type(exc).__name__, "the wrong kind of error for bad input"
         )
     return Case(
         name,
         False,
         "ValueError",
-        f"no error (cache.length {cache.length})",
-        "a number of accepted drafts that the cache cannot hold must raise ValueError",
+        "no error",
+        "every row must be checked, not only the first: a row whose count the cache cannot "
+        "hold must raise ValueError",
     )
 
 
@@ -92,24 +83,36 @@ def _raises_value_error(label, fn, target, prefix, drafts, a) -> Case:
     "ex04.rollback",
     points=2,
     needs="rollback",
-    title="rolling the target cache back to prefix + accepted drafts",
-    hint="draw the scene of section 1: which positions of the cache hold the prefix, which "
-    "the accepted drafts, which the rejected one and those after it? A crop keeps the "
-    "first positions only; how many drafts can the cache hold at most?",
+    title="rolling a batch of ragged rows back to prefix + accepted drafts",
+    hint="draw section 1's scene for two rows that accepted different numbers of drafts: "
+    "which positions of each row hold its prefix, which its accepted drafts? How many "
+    "drafts can a row's cache hold at most?",
 )
 def check_rollback(fn) -> Iterator[Case]:
-    target, _ = _models()
-    prefix, drafts = _tokens(10, 100), _tokens(5, 101)
-    for label, a in _ROLLBACK_CASES:
-        case = _rollback_case(f"10-token prefix, 5 drafts, {label}", fn, target, prefix, drafts, a)
-        yield case
-        if not case.passed:
+    for label, lengths, prefix, accepted in _ROLLBACK_CASES:
+        lengths, prefix, a = (torch.tensor(x) for x in (lengths, prefix, accepted))
+        want = prefix + a
+        name = f"{label}: rollback({_vec(lengths)}, {_vec(prefix)}, {_vec(a)})"
+        raw, after = call_inplace(name, fn, lengths, prefix, a)
+        got = as_vector(raw)
+        if got is None or got.shape != want.shape or not torch.equal(got, want.double()):
+            msg = "return each row's new length, a tensor of B whole numbers"
+            if got is not None and got.shape == want.shape:
+                msg = _diagnose(got, lengths, prefix, a)
+            yield Case(name, False, f"new lengths {_vec(want)}", fmt(raw), msg)
             return
-    # A second round on top of the first: the prefix is now 13 tokens (12 kept + 1 new).
-    first = torch.cat([prefix, drafts[:2], torch.tensor([(int(drafts[2]) + 1) % V])])
-    more = _tokens(5, 102)
-    yield _rollback_case(
-        "a second step: 13-token prefix, 5 drafts, 3 accepted", fn, target, first, more, 3
-    )
-    yield _raises_value_error("", fn, target, prefix, drafts, -1)
-    yield _raises_value_error("", fn, target, prefix, drafts, 6)
+        if not all(
+            isinstance(x, torch.Tensor) and x.shape == y.shape and torch.equal(x, y)
+            for x, y in zip(after, (lengths, prefix, a))
+        ):
+            yield Case(
+                name,
+                False,
+                "lengths, prefix_lens and num_accepted unchanged",
+                "changed in place",
+                "your rollback changed the caller's tensors; return the new lengths",
+            )
+            return
+        yield Case(f"{name} = {_vec(want)}", True)
+    yield _bad_rollback(fn, torch.tensor([15, 15]), torch.tensor([10, 10]), torch.tensor([2, 6]))
+    yield _bad_rollback(fn, torch.tensor([15, 15]), torch.tensor([10, 10]), torch.tensor([-1, 0]))
