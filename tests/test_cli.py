@@ -182,11 +182,10 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
         "above" if round(m["measured_speedup"], 2) > round(d, 2) else "below"
         for m, d in zip(med, (bench.best_row(t, "draft")["measured_speedup"] for t in (t1, t0)))
     ]
-    assert (
-        f"{word[0]} the draft model at temperature 1 and {word[1]} it at temperature 0" in readme
-    )
+    assert f"{word[0]} the draft model at temperature 1 and {word[1]} it at temperature 0" in readme
     eagle = bench.best_row(t1, "eagle")
-    assert f"(`--method eagle`) reaches {eagle['measured_speedup']:.2f}x (k = {eagle['k']})" in readme
+    line = f"(`--method eagle`) reaches {eagle['measured_speedup']:.2f}x (k = {eagle['k']})"
+    assert line in readme
     # ... and the same with the target's steps in NumPy, in both runs (model.host).
     lean = bench.load_speedup_results(name="speedup_cpu_numpy")
     assert "--target-executor numpy" in lean["command"]

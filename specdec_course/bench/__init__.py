@@ -5,12 +5,15 @@ the memory roofline (its byte model is in that module's docstring). ``bench.spee
 against speculative decoding (and Medusa), beside the theory's predictions; ``bench.forward``
 the cost of one cached forward over 1 to 16 new tokens. ``bench.gpu``:
 both on a GPU in one check (``specdec-course bench gpu``), stored for machines without one.
-``bench.beyond``: dynamic draft length, the batch-size regime and block verification.
+``bench.beyond``: dynamic draft length and block verification, with ``bench.batch``'s
+batch-size regime.
 ``bench.eagle``: the EAGLE-style draft against the draft model. ``bench.roofline``: a
 roofline *model* of a GPU call (bytes and flops at a named GPU's peaks) and the speedups it
 predicts per method (``bench.roofline_methods``), shown where no GPU record is stored.
 """
 
+from .batch import *  # noqa: F403
+from .batch import __all__ as _batch_all
 from .beyond import *  # noqa: F403
 from .beyond import __all__ as _beyond_all
 from .compare import *  # noqa: F403
@@ -36,6 +39,7 @@ __all__ = [
     *_speedup_all,
     *_compare_all,
     *_gpu_all,
+    *_batch_all,
     *_beyond_all,
     *_eagle_all,
     *_roofline_all,

@@ -64,9 +64,10 @@ def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dic
     them alike. Each timed call follows an untimed call of itself, as in a decoding loop,
     which repeats a step: timed straight after the target's 16-token call, the draft's
     folded step paid to bring its tables back into the CPU's caches and measured about
-    twice what it costs in the loop. Returns ``{"sizes", "target_s", "draft_s", "target_rel", "c"}``: seconds
-    per call, the target's cost relative to one token (1.0 = extra tokens are free: the
-    memory-bound premise), and ``c`` = draft call / target call for one token.
+    twice what it costs in the loop. Returns ``{"sizes", "target_s", "draft_s",
+    "target_rel", "c"}``: seconds per call, the target's cost relative to one token (1.0 =
+    extra tokens are free: the memory-bound premise), and ``c`` = draft call / target call
+    for one token.
     """
     sizes = list(sizes)
     for i, n in enumerate(sizes):
