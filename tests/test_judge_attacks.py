@@ -179,8 +179,8 @@ def test_what_student_code_does_to_its_arguments_stays_with_it():
 
 def _rewritten(module: str, exercise: str) -> types.ModuleType:
     """``module`` as the sandbox of ``exercise`` shows it, imported beside the real one."""
-    names = {p.rpartition(".")[2] for p in public_implementations(exercise)
-             if p.rpartition(".")[0] == module}  # fmt: skip
+    names = {withheld.split(p)[1] for p in public_implementations(exercise)
+             if withheld.split(p)[0] == module}  # fmt: skip
     path = withheld.module_file(module)
     text = withheld.rewrite(path.read_text(encoding="utf-8"), module, names, exercise)
     mod = types.ModuleType(module + "_as_withheld")
@@ -216,7 +216,7 @@ def test_every_withheld_function_exists_and_the_rest_of_its_module_stays():
     real = withheld.module_file("specdec_course.sampling").read_text(encoding="utf-8")
     body = text.rsplit(f"\n\nclass {withheld.ERROR}", 1)[0]
     assert real.endswith(body.split("def residual_distribution")[1])  # the rest as it was
-    with pytest.raises(ValueError, match="no top-level function"):
+    with pytest.raises(ValueError, match="no top-level function or method"):
         withheld.rewrite(real, "specdec_course.sampling", {"no_such_function"}, "ex01")
 
 
@@ -231,3 +231,84 @@ def test_a_withheld_call_from_the_kernel_names_the_function():
     wrapped = {"type": "InterpreterError", "message": f"{info['type']}: {info['message']}"}
     assert withheld.named_in(wrapped) == ("specdec_course.sampling.exponential_race", "ex05")
     assert withheld.named_in({"type": "ValueError", "message": "withheld"}) is None
+
+
+def test_a_withheld_method_raises_and_its_class_stays():
+    dynamic = _rewritten("specdec_course.decoding.dynamic", "ex08")
+    h = dynamic.HeuristicK(initial=3)  # the constructor is the lessons' to use
+    for call_it in (lambda: h.start(8), h.next_k, lambda: h.update(3, 2)):
+        with pytest.raises(RuntimeError, match="HeuristicK.next_k is withheld|withheld"):
+            call_it()
+    with pytest.raises(RuntimeError, match="ControllerK.alpha is withheld while ex08"):
+        dynamic.ControllerK(0.1).alpha  # noqa: B018 - a property
+    assert withheld.split("specdec_course.decoding.dynamic.HeuristicK.next_k") == (
+        "specdec_course.decoding.dynamic",
+        "HeuristicK.next_k",
+    )
+
+
+def _package_refs(exercise: str) -> set[str]:
+    """Every dotted path into the package (less the grader) that ``judge/exNN`` names."""
+    import ast
+    from pathlib import Path
+
+    import specdec_course.grading.judge as judge
+
+    base = Path(judge.__file__).parent
+    files = [base / f"{exercise}.py"] if (base / f"{exercise}.py").exists() else []
+    files += sorted((base / exercise).glob("*.py"))
+    refs = set()
+    for f in files:
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        names = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+                if n.module.split(".")[0] == "specdec_course":
+                    for a in n.names:
+                        names[a.asname or a.name] = f"{n.module}.{a.name}"
+        for n in ast.walk(tree):
+            parts, x = [], n
+            while isinstance(x, ast.Attribute):
+                parts.append(x.attr)
+                x = x.value
+            if isinstance(x, ast.Name) and x.id in names:
+                refs.add(".".join([names[x.id], *reversed(parts)]))
+    return {r for r in refs if not r.startswith("specdec_course.grading")}
+
+
+def _resolve(path: str):
+    import importlib
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(path)
+
+
+@pytest.mark.parametrize("exercise", exercises())
+def test_every_package_function_a_reference_uses_is_withheld_or_allowed(exercise):
+    """What the judge's references call of the package answers the exercise, unless it is
+    withheld from its sandbox or listed as allowed, with a reason (the model it drives, a
+    statistics tool, a tool the exercise is meant to call)."""
+    import sys
+
+    public_implementations(exercise)
+    module = sys.modules[f"specdec_course.grading.judge.{exercise}"]
+    allowed = module.ALLOWED
+    assert all(isinstance(why, str) and why for why in allowed.values())
+    held = set(public_implementations(exercise))
+    for path in sorted(_package_refs(exercise)):
+        obj = _resolve(path)
+        if isinstance(obj, types.ModuleType) or not callable(obj):
+            continue  # a module, a constant (a tree's paths)
+        name = f"{obj.__module__}.{obj.__qualname__}"
+        methods = {h for h in held if h.startswith(name + ".")}
+        assert path in allowed or name in allowed or name in held or methods, (
+            f"{exercise}'s references use {path} ({name}): withhold it or allow it, saying why"
+        )
