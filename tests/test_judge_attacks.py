@@ -312,3 +312,132 @@ def test_every_package_function_a_reference_uses_is_withheld_or_allowed(exercise
         assert path in allowed or name in allowed or name in held or methods, (
             f"{exercise}'s references use {path} ({name}): withhold it or allow it, saying why"
         )
+
+
+# Wrappers around the package's own versions of what an exercise asks for, and routes to
+# computed names, as a determined student writes them: name -> (exercise, cell, the needed
+# names found to forward, the tampering found). Each forwarder scores 0 and is flagged;
+# tampering scores the submission 0 (tests/test_judge_sandbox.py runs some for real).
+SCAN_ATTACKS = {
+    "ex08_methods": (
+        "ex08",
+        """
+from specdec_course.decoding.dynamic import HeuristicK, ControllerK
+from specdec_course import theory
+def next_k(k, drafted, accepted, k_max):
+    h = HeuristicK(initial=k)
+    h.start(k_max)
+    h.update(drafted, accepted)
+    return h.next_k()
+def alpha_estimate(outcomes, prior_alpha, prior_weight):
+    ctl = ControllerK(0.0, prior_alpha=prior_alpha, prior_weight=prior_weight)
+    ctl.start(1)
+    for d, a in outcomes:
+        ctl.update(d, a)
+    return ctl.alpha
+def controller_k(outcomes, c, k_max):
+    return max(1, theory.optimal_gamma(min(1.0, alpha_estimate(outcomes, 0.5, 2.0)), c, k_max))
+""",
+        {"next_k", "alpha_estimate", "controller_k"},
+        "",
+    ),
+    "ex10_two_lines": (
+        "ex10",
+        """
+from specdec_course.block_verifier import block_thresholds
+def coin_thresholds(p, q, draft):
+    w, h = block_thresholds(draft[None], q[None], p[None])
+    return w[0], h[0]
+""",
+        {"coin_thresholds"},
+        "",
+    ),
+    "ex01_through_a_helper": (
+        "ex01",
+        """
+from specdec_course.medusa.guess import sampled_chain_walk as _walk
+from specdec_course import plots
+def _help(p, q):
+    return plots.proof_picture(p, q)
+def residual_distribution(p, q):
+    ax, acc, refill = _help(p, q)
+    return refill / refill.sum()
+def speculative_sample(p, q, generator=None):
+    pp = p.double()
+    return _walk(pp, [0], [(q, 1.0)], 2, [0.5])
+""",
+        {"residual_distribution", "speculative_sample"},
+        "",
+    ),
+    "ex06_reexport": (
+        "ex06",
+        """
+from specdec_course import medusa
+def medusa_loss(head_logits, ids):
+    t, v = medusa.head_targets(ids, head_logits.shape[0])
+    out = medusa.medusa_loss(head_logits, t, v, 0.8)
+    return out[0]
+""",
+        {"medusa_loss"},
+        "",
+    ),
+    "ex07_getattr": (
+        "ex07",
+        """
+from specdec_course.medusa import tree as _t
+def compact_cache(cache, start, path):
+    f = getattr(_t, "compact_" + "cache")
+    f(cache, start, path)
+""",
+        set(),
+        "getattr(specdec_course.medusa.tree",
+    ),
+    "ex05_builtins_dict": (
+        "ex05",
+        """
+import base64, builtins
+run = builtins.__dict__['ex' + 'ec']
+""",
+        set(),
+        "builtins.__dict__",
+    ),
+    "ex05_vars_builtins": (
+        "ex05",
+        "import builtins\nrun = vars(builtins)['ex' + 'ec']\n",
+        set(),
+        "vars(builtins)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCAN_ATTACKS))
+def test_wrappers_and_computed_names_are_found(name):
+    from specdec_course.grading.judge.copying import scan
+    from specdec_course.grading.judge.core import checks_for
+
+    exercise, cell, forwarders, tamper = SCAN_ATTACKS[name]
+    needs = {n for s in checks_for(exercise) for n in s.needs}
+    found = scan([cell], needs, public_implementations(exercise))
+    assert set(found.forwarders) == forwarders
+    for n in forwarders:
+        assert any(f.startswith(n + " ") for f in found.flags)
+    if tamper:
+        assert any(tamper in t for t in found.tampering), found.tampering
+    else:
+        assert not found.tampering
+
+
+def test_the_solutions_and_stubs_are_not_flagged():
+    import json
+    from pathlib import Path
+
+    from specdec_course.grading.judge.copying import scan
+    from specdec_course.grading.judge.core import checks_for
+
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted([*root.glob("solutions/ex*.ipynb"), *root.glob("exercises/ex*.ipynb")]):
+        ex = path.name[:4]
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+        needs = {n for s in checks_for(ex) for n in s.needs}
+        assert scan(cells, needs, public_implementations(ex)).flags == [], path.name

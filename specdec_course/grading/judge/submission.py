@@ -223,7 +223,9 @@ def grade_submission(
         result.notes.append(reason)
         result.seconds = time.monotonic() - t0
         return result
-    findings = scan(cells, {n for s in specs for n in s.needs})
+    findings = scan(
+        cells, {n for s in specs for n in s.needs}, public_implementations(job.exercise)
+    )
     nb = _Notebook(job, plan, cells, seq)
     try:
         if not findings.tampering:  # (tampering scores 0 without running anything)

@@ -33,6 +33,11 @@ rejected child, compacting the wrong positions.
 # the order of the exercise.
 from specdec_course.stats import chi_square_test
 
+from .walk import CHAIN, DEEP, V, check_tree_walk, exact_law, make_tree_case
+from .compaction import check_compact_cache
+
+# isort: on
+
 # Not in the sandbox while ex07 is graded (grading.judge.withheld): the package's tree walks
 # (greedy and sampled, and the chain walk they share) and its cache compaction.
 PUBLIC_IMPLEMENTATIONS = (
@@ -53,10 +58,6 @@ ALLOWED = {
     "specdec_course.stats.counts": "a histogram",
     "specdec_course.stats.round_probs": "rounding for the printed law",
 }
-from .walk import CHAIN, DEEP, V, check_tree_walk, exact_law, make_tree_case
-from .compaction import check_compact_cache
-
-# isort: on
 
 __all__ = [
     "CHAIN",
