@@ -381,6 +381,26 @@ def medusa_loss(head_logits, ids):
         {"medusa_loss"},
         "",
     ),
+    "ex07_sampled_walk": (
+        "ex07",
+        """
+import torch
+from specdec_course.medusa.generate import _sampled_walk
+def tree_walk(probs, tokens, children, generator=None):
+    T = probs.shape[0]
+    ch = tuple(tuple(c) for c in children)
+    parent = {c: i for i, cs in enumerate(ch) for c in cs}
+    us = (1 - torch.rand(T + 1, generator=generator, dtype=torch.float64)).tolist()
+    node, tok = _sampled_walk(probs.clamp_min(1e-300).log(), None, tokens.tolist(), ch, T, us)
+    path = []
+    while node != 0:
+        path.append(node)
+        node = parent[node]
+    return path[::-1], int(tok)
+""",
+        {"tree_walk"},
+        "",
+    ),
     "ex07_getattr": (
         "ex07",
         """
