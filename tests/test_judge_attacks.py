@@ -461,3 +461,53 @@ def test_the_solutions_and_stubs_are_not_flagged():
         cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
         needs = {n for s in checks_for(ex) for n in s.needs}
         assert scan(cells, needs, public_implementations(ex)).flags == [], path.name
+
+
+KERNEL_HEAD = (
+    "@triton.jit\n"
+    "def race_kernel(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):\n"
+)
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("    torch.ops.aten.argmax(p_ptr)\n", "uses torch, defined outside it"),
+        ("    x = p_ptr.__class__\n", "reads .__class__"),
+        ("    x = p_ptr.handle.data\n", r"reads \.(handle|data)"),
+        ("    tl.core.os.system('true')\n", "not Triton's language"),
+        ("    triton.runtime.driver\n", "not Triton's language"),
+        ("    import torch\n", "holds a Import"),
+        ("    f = lambda: 0\n", "holds a Lambda"),
+        ("    tl.store(token_ptr, GLOBAL)\n", "uses GLOBAL, defined outside it"),
+    ],
+)
+def test_a_race_kernel_that_is_not_only_triton_is_refused(body, says):
+    import json
+
+    from specdec_course.grading.judge.kernel_source import Refused, kernel_cell
+
+    nb = {"cells": [{"cell_type": "code", "source": KERNEL_HEAD + body}]}
+    with pytest.raises(Refused, match=says):
+        kernel_cell(json.dumps(nb))
+
+
+def test_the_race_kernel_and_its_helpers_are_taken_from_the_source_alone():
+    import json
+    from pathlib import Path
+
+    from specdec_course.grading.judge.kernel_source import Refused, kernel_cell
+
+    root = Path(__file__).resolve().parent.parent
+    cell = kernel_cell((root / "solutions" / "ex05_triton_race.ipynb").read_text())
+    assert cell.count("@triton.jit") == 1 and "tl.math.div_rn" in cell
+    assert "from specdec_course" not in cell and "import torch" not in cell
+    helper = "@triton.jit\ndef score(p, q, e):\n    return tl.maximum(p - q, 0.0) / e\n"
+    body = "    tl.store(token_ptr, score(1.0, 0.5, 2.0))\n"
+    later = "def race_kernel(*a):\n    return 0\n"  # a plain def of that name, run last
+    nb = {"cells": [{"cell_type": "code", "source": s} for s in (helper, KERNEL_HEAD + body)]}
+    cell = kernel_cell(json.dumps(nb))
+    assert cell.index("def score") < cell.index("def race_kernel")
+    nb["cells"].append({"cell_type": "code", "source": later})
+    with pytest.raises(Refused, match="no `@triton.jit def race_kernel"):
+        kernel_cell(json.dumps(nb))

@@ -12,7 +12,9 @@ the ``JITFunction`` check and the kernel's output there are the grader's own.
 
 What ``tl.*`` names is checked against the installed ``triton.language``: an attribute path
 may go through its submodules (``tl.math.div_rn``) but never reach a module outside it or
-an object that is not Triton's; no attribute of anything starts with ``_``.
+an object that is not Triton's; of ``triton.*`` only ``cdiv``, ``next_power_of_2`` and
+``language``; no attribute of anything starts with ``_``, and a tensor's NumPy buffers
+(``.handle``, ``.data``, under the interpreter) are out of reach.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ _BUILTINS = {
     "NotImplementedError", "True", "False", "None",
 }  # fmt: skip
 _ROOTS = {"tl": "triton.language", "triton": "triton"}
+_TRITON_TOP = {"cdiv", "next_power_of_2", "language"}  # what a kernel may use of `triton.`
 _FORBIDDEN = (
     ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef, ast.FunctionDef,
     ast.AsyncFunctionDef, ast.Lambda, ast.Await, ast.Yield, ast.YieldFrom, ast.With,
@@ -77,6 +80,12 @@ def _jit_defs(cells: list[str]) -> dict[str, ast.FunctionDef]:
     found: dict[str, ast.FunctionDef] = {}
     for source in cells:
         try:
+            from IPython.core.inputtransformer2 import TransformerManager
+
+            source = TransformerManager().transform_cell(source)  # magics become Python
+        except Exception:  # noqa: BLE001 - IPython missing or a cell it cannot transform
+            pass
+        try:
             tree = ast.parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
@@ -93,6 +102,8 @@ def _triton_path_ok(root: str, attrs: list[str]) -> bool:
     """``tl.a.b`` goes through ``triton.language``'s submodules to an object of Triton's."""
     import importlib
 
+    if root == "triton" and (not attrs or attrs[0] not in _TRITON_TOP):
+        return False
     try:
         obj = importlib.import_module(_ROOTS[root])
     except ImportError:
