@@ -6,12 +6,20 @@ tests/test_judge_sandbox.py): each earns only what its honest part earns.
 - ex04: k + 1 target calls through ``target.forward`` (which skips forward hooks) or through
   ``decode_hidden`` are counted as k + 1 calls;
 - ex05: a Python object with a ``[grid]`` that computes the answer is not a Triton kernel;
+  under the batch grader the kernel is taken from the notebook's source, and a body that
+  names anything but Triton's language and its own variables is refused;
 - ex06: a head that zeroes its input in place is judged on the judge's own input;
 - the judge's generators and tensors are copies away from the student's code: reseeding or
   zeroing them changes nothing the check computes;
 - the package's own versions of what ex01 and ex05 ask for are rewritten out of the modules
   their sandbox mounts (every listed function exists; the copy raises ``WithheldError``
-  there and keeps every other line), and such an error from the kernel names the function.
+  there and keeps every other line; methods too), such an error from the kernel names the
+  function, and every package function a judge module's references use is withheld or
+  allowed with a reason;
+- the copy scan finds wrappers of those versions however many lines they take (a helper,
+  a re-export, a method's class) and ``getattr`` of a computed name on the package or the
+  builtins, ``builtins.__dict__[...]``, ``vars(builtins)`` (SCAN_ATTACKS); the solutions
+  and stubs are not flagged.
 
 Fixed seeds throughout; the honest counterparts pass at the checks' stated false-failure
 rates (tests/test_grading_ex*.py).
