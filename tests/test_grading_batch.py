@@ -60,6 +60,7 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
         # inspect a class or a Triton kernel where it lives: all through the judge's channel.
         "ex03_solved": _read("solutions", "ex03_char_lm.ipynb"),
         "ex05_solved": _read("solutions", "ex05_triton_race.ipynb"),
+        "ex05_untouched": _read("exercises", "ex05_triton_race.ipynb"),
         "ex06_solved": _read("solutions", "ex06_medusa.ipynb"),
         "ex06_untouched": _read("exercises", "ex06_medusa.ipynb"),
         "ex07_solved": _read("solutions", "ex07_tree_walk.ipynb"),
@@ -211,6 +212,8 @@ def test_solution_notebooks_get_full_marks(graded, name):
     rows = graded["rows"][name]
     assert _points(rows) == (10, 10)
     assert all(r["status"] == "passed" and r["message"] == "" for r in rows)
+    # Nothing the solution uses of the package is withheld from its sandbox or flagged.
+    assert graded["book"][name]["flags"] == ""
 
 
 @pytest.mark.parametrize(
@@ -218,6 +221,7 @@ def test_solution_notebooks_get_full_marks(graded, name):
     [
         "ex01_untouched",
         "ex02_untouched",
+        "ex05_untouched",
         "ex06_untouched",
         "ex07_untouched",
         "ex08_untouched",

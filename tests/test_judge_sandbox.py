@@ -17,6 +17,14 @@ part earns, is flagged where it copies or tampers, and harms no classmate.
   only what the notebook itself wrote: those functions are not in the sandbox (the modules
   it mounts hold a copy that raises ``WithheldError``), and the call is flagged; honest ex01
   and ex05 beside it keep full points;
+- ex05's launcher replaced in the kernel (a PyTorch race for the stub, zeros beside a solved
+  kernel) changes nothing: the judge launches the kernel it took from the source in a kernel
+  where no student cell ran; a "kernel" whose body calls torch is refused;
+- wrappers of the package's own versions of ex01, ex07, ex08 and ex10 (several lines, a
+  helper, a method's class, ``getattr`` on a computed name) are found by the scan and score
+  0, flagged; the same code run where the scan cannot see it reaches a withheld function
+  (the methods of ex08's schedule and controller, ex07's walks, ex06's loss) and is
+  flagged;
 - without a cgroup (``--sandbox weak``), a root grader's kernel runs under a uid of its own,
   so that its process limit binds: 600 forks after correct functions are refused past the
   limit, the functions still earn their points and the next classmate is graded as usual.
@@ -35,6 +43,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
+from test_judge_attacks import SCAN_ATTACKS
 
 from specdec_course import cli
 from specdec_course.grading.judge import sandbox
@@ -135,11 +144,36 @@ sys.modules[A.__module__].PROBES["launch" + "_race"] = fake
 
 
 def _hidden(code: str) -> str:
+    # (``builtins.__dict__[...]`` would be found as tampering: this route only flags.)
     return (
-        "import base64, builtins\n"
-        "run = builtins.__dict__['ex' + 'ec']\n"
+        "import base64\n"
+        "b = __import__('bu' + 'iltins')\n"
+        "run = getattr(b, 'ex' + 'ec')\n"
         f"run(base64.b64decode({base64.b64encode(code.encode()).decode()!r}).decode())\n"
     )
+
+
+# ex05's launcher replaced in the student's kernel: a race in PyTorch answers every launch
+# (the stub kernel untouched), or zeros do (a solved kernel beside it). The judge launches
+# the kernel taken from the source in a kernel of its own, so neither reaches the verdict.
+_PROBE_EX05 = """
+import sys, torch
+probes = sys.modules["specdec_course.grading.kernel." + "pro" + "bes"]
+def fake(kernel, pos, p, q, e, block_v):
+    r = torch.arange(pos.shape[0])
+    return ((p[r, pos] - q[r, pos]).clamp_min(0) / e).argmax(-1).to(torch.int64)
+probes.PROBES["launch" + "_race"] = fake
+"""
+_SABOTAGE_EX05 = _PROBE_EX05.replace(
+    "return ((p[r, pos] - q[r, pos]).clamp_min(0) / e).argmax(-1).to(torch.int64)",
+    "return torch.zeros(pos.shape[0], dtype=torch.int64)",
+)
+# A torch race in the kernel's body: refused before anything runs.
+_TORCH_KERNEL = """
+@triton.jit
+def race_kernel(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    torch.ops.aten.argmax(p_ptr)
+"""
 
 
 def _solution_cell(notebook: str, name: str) -> str:
@@ -184,9 +218,67 @@ ATTACKS = {
         "exercises/ex05_triton_race.ipynb",
         [_hidden(_PATCH_EX05)],
         0,
-        "sandbox withholds",
+        "code built at run time",
     ),
     "classmate_ex05": ("solutions/ex05_triton_race.ipynb", [], 10, ""),
+    "probe_replaced_ex05": (
+        "exercises/ex05_triton_race.ipynb",
+        [_hidden(_PROBE_EX05)],
+        0,
+        "code built at run time",
+    ),
+    "probe_sabotaged_ex05": (
+        "solutions/ex05_triton_race.ipynb",
+        [_hidden(_SABOTAGE_EX05)],
+        10,
+        "code built at run time",
+    ),
+    "torch_kernel_ex05": ("exercises/ex05_triton_race.ipynb", [_TORCH_KERNEL], 0, ""),
+    # Wrappers of the package's own versions (tests/test_judge_attacks.py: SCAN_ATTACKS),
+    # found by the scan, then the same code run where the scan cannot see it: the sandbox
+    # holds none of those versions, and the graded call that reaches one is flagged.
+    "wrappers_ex01": (
+        "exercises/ex01_residual.ipynb",
+        [CHI_SOLVED, SCAN_ATTACKS["ex01_through_a_helper"][1]],
+        CHI_POINTS,
+        "plots.proof_picture",
+    ),
+    "wrappers_ex08": (
+        "exercises/ex08_dynamic_k.ipynb",
+        [SCAN_ATTACKS["ex08_methods"][1]],
+        0,
+        "HeuristicK",
+    ),  # fmt: skip
+    "wrappers_ex10": (
+        "exercises/ex10_block_thresholds.ipynb",
+        [SCAN_ATTACKS["ex10_two_lines"][1]],
+        0,
+        "block_thresholds",
+    ),  # fmt: skip
+    "getattr_ex07": (
+        "exercises/ex07_tree_walk.ipynb",
+        [SCAN_ATTACKS["ex07_getattr"][1]],
+        0,
+        "getattr(specdec_course.medusa.tree",
+    ),  # fmt: skip
+    "hidden_methods_ex08": (
+        "exercises/ex08_dynamic_k.ipynb",
+        [_hidden(SCAN_ATTACKS["ex08_methods"][1])],
+        0,
+        "HeuristicK.start, which its sandbox withholds",
+    ),
+    "hidden_walk_ex07": (
+        "exercises/ex07_tree_walk.ipynb",
+        [_hidden(SCAN_ATTACKS["ex07_sampled_walk"][1])],
+        0,
+        "generate._sampled_walk, which its sandbox withholds",
+    ),
+    "hidden_loss_ex06": (
+        "exercises/ex06_medusa.ipynb",
+        [_hidden(SCAN_ATTACKS["ex06_reexport"][1])],
+        0,
+        "which its sandbox withholds",
+    ),
 }
 
 
@@ -269,9 +361,9 @@ def test_the_packages_own_answers_are_not_in_the_sandbox(run):
         assert float(rows[check]["points"]) == 0 and "withheld" in rows[check]["message"]
     flags = run["book"]["patched_agent_ex01"]["flags"]
     assert "specdec_course.sampling.residual_distribution" in flags
+    # ex05's launch happens in a kernel where no student cell ran: the patch never runs it.
     for check, row in run["checks"]["patched_agent_ex05"].items():
-        assert float(row["points"]) == 0 and row["status"] == "error", check
-    assert "specdec_course.kernels.rejection" in run["book"]["patched_agent_ex05"]["flags"]
+        assert float(row["points"]) == 0 and row["status"] == "not attempted", check
     # Honest classmates, graded in the same run by the same workers, keep every point.
     for name in ("classmate_ex01", "classmate_ex05"):
         assert run["book"][name]["flags"] == "" and float(run["book"][name]["points"]) == 10
@@ -333,3 +425,8 @@ def test_without_bubblewrap_a_root_grader_refuses_or_leaves_root(monkeypatch):
         assert os.geteuid() == 0 and "grade as a user other than root" in str(e)
         return
     assert plan.mode == "none" and plan.own_uid == (os.geteuid() == 0)
+
+
+def test_a_kernel_that_is_not_triton_is_refused_before_it_runs(run):
+    row = run["checks"]["torch_kernel_ex05"]["ex05.race_kernel"]
+    assert float(row["points"]) == 0 and "uses torch, defined outside it" in row["message"]

@@ -7,8 +7,11 @@ This module reads the code cells (their Python syntax tree, never running them) 
 - **forwarders**: a needed name bound to the package's own object, by ``import``, by
   assignment (``f = sampling.residual_distribution``, a ``lambda``, ``functools.partial``,
   ``types.FunctionType(ref.__code__, ...)``, ``copy.copy``), by a ``def`` that only returns a
-  call to the package or calls the package's function of the same name, or by a class that
-  subclasses the package's. Such a check scores 0, with the reason;
+  call to the package or calls the package's function of the same name, by a ``def`` that
+  refers anywhere in its body (or through a helper ``def`` of the notebook) to one of the
+  package's own versions of what the exercise asks for (its ``PUBLIC_IMPLEMENTATIONS``, a
+  method's class included), or by a class that subclasses the package's. Such a check
+  scores 0, with the reason;
 - **flags** for the instructor (points unchanged): code that reads the course's
   ``solutions/`` (or finds the repository through ``specdec_course.__file__``), or that
   patches attributes of imported modules (``torch.Tensor.abs = ...``);
@@ -16,16 +19,20 @@ This module reads the code cells (their Python syntax tree, never running them) 
   (its judge side, which the sandbox does not even hold, or its kernel side's internals,
   by import, attribute, ``setattr`` or a string naming them), that inspects the interpreter
   (``gc.get_objects``, ``sys._getframe``, ``inspect.stack``, a traceback's frames), or that
-  runs or imports code built at run time (``exec``, ``eval``, ``import_module(x + y)``). The
+  runs or imports code built at run time (``exec``, ``eval``, ``import_module(x + y)``,
+  ``getattr`` of a computed name on the package or ``builtins``, ``builtins.__dict__[...]``,
+  ``vars(builtins)``). The
   kernel runs beside such code, so no answer it sends can be told from the student's own.
 
-It is a syntax check, not a proof: ``getattr`` on computed names escapes it, and a correct
-function may trip it. The gradebook says what was found.
+It is a syntax check, not a proof: a computed name on an object it cannot follow escapes
+it, and a correct function may trip it (the sandbox, which holds none of the package's
+versions of the exercise, is what keeps such code from scoring). The gradebook says what was found.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from dataclasses import dataclass, field
 
@@ -189,6 +196,45 @@ def _record_import(node: ast.stmt, names: _Names, bindings: dict) -> None:
             bindings[local] = ("import", target)
 
 
+def _canonical(path: str) -> str | None:
+    """``module.qualname`` of the package object at ``path`` (a re-export resolved to where
+    it is defined), or None for a module, a constant or a path that names nothing. Imports
+    only the course's own modules (the judge has them loaded already)."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except Exception:  # noqa: BLE001 - not a module: try a shorter prefix
+            continue
+        try:
+            for p in parts[i:]:
+                obj = getattr(obj, p)
+        except AttributeError:
+            return None
+        module, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+        if not (isinstance(module, str) and isinstance(qual, str)):
+            return None  # a module, a constant
+        return f"{module}.{qual}"
+    return None
+
+
+def _answer_in(node: ast.AST, names: _Names, answers: tuple[str, ...], tainted: dict) -> str | None:
+    """Why ``node`` refers to an answer-bearing object of the package, or None: one of
+    ``answers`` (or the class of one of its methods), or a notebook name already found to."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id in tainted:
+            return f"uses {sub.id}, which {tainted[sub.id]}"
+    if not answers:
+        return None
+    for ref in names.refs_in(node):
+        if not ref.startswith(PACKAGE + "."):
+            continue
+        name = _canonical(ref)
+        if name and (name in answers or any(a.startswith(name + ".") for a in answers)):
+            return f"uses the package's own {ref}, its version of what the exercise asks for"
+    return None
+
+
 def _forwarding_def(node, names: _Names) -> str | None:
     """Why a ``def`` only forwards to the package, or None."""
     body = [
@@ -254,9 +300,25 @@ def _grader_flags(node: ast.AST, names: _Names, found: Findings) -> None:
         and node.func.id == "getattr"
         and len(node.args) >= 2
         and not isinstance(node.args[1], ast.Constant)
-        and (names.dotted(node.args[0]) or "") in ("builtins", "sys", "importlib")
+        and (
+            (names.dotted(node.args[0]) or "") in ("builtins", "sys", "importlib")
+            or names.package_ref(node.args[0])
+        )
     ):
         found.tamper(f"runs code built at run time (getattr({names.dotted(node.args[0])}, ...))")
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        base = names.dotted(node.value) or ""
+        if base == "builtins" or names.package_ref(node.value):
+            found.tamper(f"runs code built at run time ({base}.__dict__)")
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "vars"
+        and node.args
+    ):
+        base = names.dotted(node.args[0]) or ""
+        if base == "builtins" or names.package_ref(node.args[0]):
+            found.tamper(f"runs code built at run time (vars({base}))")
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         if re.search(r"grading\.(judge|kernel)|_Agent\b|\bprobes\b", node.value):
             found.tamper("names the grader's internals in a string")
@@ -303,13 +365,27 @@ def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
                 found.flag("finds the course's files through specdec_course.paths")
 
 
-def scan(cells: list[str], needs: set[str] | list[str]) -> Findings:
+def _taint(tainted: dict[str, str], name: str, why: str | None) -> None:
+    if why:
+        tainted[name] = why if why.startswith("uses the package") else "uses the package's answer"
+    else:
+        tainted.pop(name, None)
+
+
+def scan(
+    cells: list[str], needs: set[str] | list[str], answers: tuple[str, ...] | list[str] = ()
+) -> Findings:
     """Scan the code ``cells`` (in order) for copies of the package's objects bound to the
-    ``needs`` names, and for flags. Cells that do not parse are skipped. Never raises."""
+    ``needs`` names, and for flags. ``answers``: the package's own versions of what the
+    exercise asks for (dotted paths of functions and methods): a ``def`` or class that
+    refers to one anywhere is a forwarder. Cells that do not parse are skipped. Never
+    raises."""
     found = Findings()
     names = _Names()
     bindings: dict[str, tuple[str, object]] = {}
     needs = set(needs)
+    answers = tuple(answers)
+    tainted: dict[str, str] = {}  # notebook names whose code uses an answer
     for source in cells:
         tree = _parse(source if isinstance(source, str) else "")
         if tree is None:
@@ -319,19 +395,26 @@ def scan(cells: list[str], needs: set[str] | list[str]) -> Findings:
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     _record_import(node, names, bindings)
                 elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    bindings[node.name] = ("def", _forwarding_def(node, names))
+                    why = _answer_in(node, names, answers, tainted)
+                    _taint(tainted, node.name, why)
+                    bindings[node.name] = ("def", _forwarding_def(node, names) or why)
                     names.package.pop(node.name, None)
                 elif isinstance(node, ast.ClassDef):
                     refs = [r for b in node.bases for r in names.refs_in(b)]
-                    why = f"subclasses the package's {refs[0]}" if refs else None
+                    why = _answer_in(node, names, answers, tainted)
+                    _taint(tainted, node.name, why)
+                    why = f"subclasses the package's {refs[0]}" if refs else why
                     bindings[node.name] = ("class", why)
                     names.package.pop(node.name, None)
                 elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                     why = _forwarding_value(node.value, names)
+                    used = _answer_in(node.value, names, answers, tainted)
+                    why = why or used
                     ref = names.package_ref(node.value)
                     for t in targets:
                         if isinstance(t, ast.Name):
+                            _taint(tainted, t.id, used)
                             bindings[t.id] = ("assign", why)
                             held = names.refs_in(node.value)
                             if ref:

@@ -39,13 +39,27 @@ from .context import case_seed, fresh_cases
 from .core import Case, call, call_inplace, call_repeat, register
 
 # Not in the sandbox while ex01 is graded (grading.judge.withheld): the package's residual
-# and its speculative step, in every module that has them. (The p-value is scipy's to use.)
+# and its speculative step, in every module that has them (lesson 01's proof picture draws
+# the residual; Medusa's chain walk and the batched loop's NumPy rule take the step). (The
+# p-value is scipy's to use.)
 PUBLIC_IMPLEMENTATIONS = (
     "specdec_course.sampling._residual",
     "specdec_course.sampling.residual_distribution",
     "specdec_course.sampling.speculative_sample",
+    "specdec_course.plots.proof_picture",
+    "specdec_course.medusa.guess.sampled_chain_walk",
+    "specdec_course.decoding.batched._token_verify",
     *RULE_IMPLEMENTATIONS,
 )
+# What the references use of the package that answers nothing the exercise asks for.
+ALLOWED = {
+    "specdec_course.sampling.speculative_output_distribution": "the law of a whole step, "
+    "from the withheld residual (it raises in the sandbox)",
+    "specdec_course.theory.acceptance_rate": "alpha, a number the lesson gives; the residual "
+    "and the step are what is asked",
+    "specdec_course.stats.chi_square_test": "the statistics tool the checks use",
+    "specdec_course.stats.counts": "a histogram",
+}
 
 # The 5-token example of lesson 01.
 P5 = [0.50, 0.25, 0.15, 0.07, 0.03]

@@ -39,6 +39,17 @@ from ._support import as_number, as_vector, fmt, random_model
 from .context import case_seed, fresh_cases
 from .core import Case, call, call_inplace, register
 
+PUBLIC_IMPLEMENTATIONS: tuple[str, ...] = ()
+ALLOWED = {
+    "specdec_course.model.CharGPT": "the model whose attention the exercise re-derives",
+    "specdec_course.model.GPTConfig": "the model's configuration",
+    "specdec_course.model.load_pretrained": "the lesson's trained model",
+    "specdec_course.train.next_token_probs": "the model's probabilities, for measure_alpha",
+    "specdec_course.data.CharTokenizer": "data",
+    "specdec_course.data.corpus_split": "data",
+    "specdec_course.data.eval_windows": "data",
+}
+
 ATOL = 1e-5
 # Logits of the check's model reach about 4; float32 reordering moves them by about 1e-6,
 # a wrong mask or scale by more than 0.1.

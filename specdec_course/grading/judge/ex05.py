@@ -11,6 +11,12 @@ run with one program per batch row ``b`` (grid ``(B,)``). Row ``b`` was rejected
 ``[B]`` (filled with -1 before the launch), ``pos`` int64 ``[B]``, ``p`` float32
 ``[B, K + 1, V]``, ``q`` float32 ``[B, K, V]``, ``e`` float32 ``[B, V]`` (Exp(1) draws).
 
+Under the batch grader the kernel process that ran the notebook is not asked anything about
+the kernel (its code could replace the launcher or Triton itself): the judge takes the
+``@triton.jit def race_kernel`` out of the notebook's source (:mod:`.kernel_source`, which
+refuses a body that names anything but Triton's language and its own variables) and
+launches it in a fresh sandboxed kernel in which no student cell has run.
+
 The expected tokens come from ``specdec_course.verifier.rejection_sample`` itself: drafts and
 uniforms are chosen so that row ``b`` accepts its first ``pos[b]`` drafts and rejects the next,
 and its recovered token is read off the result. Kernels run under the Triton interpreter on
@@ -20,6 +26,7 @@ the checks are token-for-token comparisons with no false failures.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import torch
@@ -28,15 +35,23 @@ from specdec_course import verifier
 
 from ..kernel.helpers import make_race_inputs
 from ..kernel.probes import launch_race
+from . import context
 from ._support import RULE_IMPLEMENTATIONS
 from .context import case_seed
 from .core import Case, call, register
+from .kernel_source import Refused, kernel_cell
+from .remote import Remote
+from .session import Session
 
 __all__ = ["PUBLIC_IMPLEMENTATIONS", "launch_race", "make_race_inputs", "reference_race"]
 
 # Not in the sandbox while ex05 is graded (grading.judge.withheld): the package's races, its
 # Triton kernels among them. The judge's reference above keeps using the real verifier.
 PUBLIC_IMPLEMENTATIONS = ("specdec_course.sampling.exponential_race", *RULE_IMPLEMENTATIONS)
+ALLOWED = {
+    "specdec_course.verifier.rejection_sample": "the whole rule, whose race "
+    "(rejection_sample_prepared) is withheld",
+}
 
 
 def reference_race(
@@ -117,6 +132,49 @@ def _race_case(
     "column should win a tie?",
 )
 def check_race_kernel(race_kernel) -> Iterator[Case]:
+    with contextlib.ExitStack() as stack:
+        if isinstance(race_kernel, Remote):
+            try:
+                race_kernel = _on_its_own(race_kernel, stack)
+            except Refused as e:
+                yield Case("the kernel, taken from the notebook", False, message=str(e))
+                return
+        yield from _race_cases(race_kernel)
+
+
+def _on_its_own(student: Remote, stack: contextlib.ExitStack) -> Remote:
+    """The notebook's ``race_kernel``, defined from its source (and nothing else) in a
+    fresh kernel under the student's kernel's sandbox and limits; closed with ``stack``.
+
+    Raises :class:`.kernel_source.Refused` (with the reason) when the source cannot run on
+    its own or the definition raises; :class:`.session.KernelGone` when no kernel starts."""
+    cell = kernel_cell(student._sd_session.notebook[1])
+    mine = student._sd_session
+    fresh = Session(
+        mine.plan,
+        tag=f"{mine.tag}-race",
+        memory_mb=mine.memory_mb,
+        limits=mine.limits,
+        notebook_name="race_kernel.ipynb",
+        notebook_text="",
+        withhold=mine.withhold,
+    )
+    stack.callback(fresh.close)
+    left = context.time_left()
+    # Starting the kernel is the grader's time, not the student's: the check's deadline
+    # starts again once the kernel is defined.
+    with context.deadline(None):
+        fresh.start()
+        reply = fresh.run_cell(cell, 60.0)
+    stack.enter_context(context.deadline(left))
+    if not reply.get("ok"):
+        err = reply.get("error") or {}
+        what = "timed out" if reply.get("timeout") else str(err.get("type", "an error"))
+        raise Refused(f"defining race_kernel on its own raised {what}")
+    return Remote(fresh, "race_kernel", {"callable": True})
+
+
+def _race_cases(race_kernel) -> Iterator[Case]:
     # One tile first: a kernel that is wrong there is wrong everywhere, and the message says
     # so before the tile loop comes into it.
     yield _race_case("V = 16 in one tile of 16, 8 rows, K = 4", race_kernel, 8, 4, 16, 16, 0)

@@ -39,6 +39,11 @@ from ._support import as_vector, fmt
 from .context import case_seed, fresh_cases
 from .core import Case, call, register
 
+# Not in the sandbox while ex10 is graded (grading.judge.withheld): the package's weights
+# and thresholds (``block_verify``, which the notebooks sample from, raises there).
+PUBLIC_IMPLEMENTATIONS = ("specdec_course.block_verifier.block_thresholds",)
+ALLOWED: dict[str, str] = {}
+
 __all__ = ["random_block", "reference_law", "reference_thresholds"]
 
 _TOL = 1e-9

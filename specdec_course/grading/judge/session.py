@@ -204,10 +204,11 @@ class Session:
 
     def run_cell(self, source: str, timeout: float) -> dict:
         """Run one cell: ``{"ok", "error", "timeout"}``. Raises :class:`KernelGone`."""
+        # (A cell that calls a withheld function is only noted: the lessons' demos call the
+        # package's tools, some of which use it; a graded call that reaches one is flagged.)
         reply, _ = self._request(
             {"op": "cell", "source": source, "timeout": timeout}, [], timeout + _GRACE_S
         )
-        self._note_withheld(reply.get("error"))
         return reply
 
     def _note_withheld(self, error) -> None:

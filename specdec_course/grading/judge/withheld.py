@@ -22,7 +22,8 @@ the notebook brought. A ``WithheldError`` that reaches the judge (from a call or
 names the function and flags the submission.
 
 Each exercise module of the judge lists its functions in ``PUBLIC_IMPLEMENTATIONS``
-(dotted paths of top-level functions of the package); :func:`bwrap_options` builds the
+(dotted paths of top-level functions of the package, or of methods of its top-level classes:
+``specdec_course.decoding.dynamic.HeuristicK.next_k``); :func:`bwrap_options` builds the
 mounts. Without bubblewrap there is no mount to replace, and the kernel can read the package
 (and the judge side) from disk: :func:`.sandbox.plan` warns about that mode already.
 """
@@ -38,7 +39,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["ERROR", "bwrap_options", "module_file", "named_in", "rewrite"]
+__all__ = ["ERROR", "bwrap_options", "module_file", "named_in", "rewrite", "split"]
 
 ERROR = "WithheldError"  # the type of what a withheld function raises
 _SAID = re.compile(r"(specdec_course(?:\.\w+)+) is withheld while (ex\d{2,}) is graded")
@@ -62,6 +63,22 @@ def module_file(module: str) -> Path:
     raise ValueError(f"the course package has no module {module!r}")
 
 
+def split(path: str) -> tuple[str, str]:
+    """``(module, name)`` of a dotted path: ``name`` is a top-level function or
+    ``Class.method``. Raises ``ValueError`` when no prefix of ``path`` is a module."""
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:i])
+        try:
+            module_file(module)
+        except ValueError:
+            continue
+        if len(parts) - i <= 2:
+            return module, ".".join(parts[i:])
+        break
+    raise ValueError(f"not a function or method of the course package: {path!r}")
+
+
 def _message(path: str, exercise: str) -> str:
     return (
         f"{path} is withheld while {exercise} is graded: it is the course's own version of "
@@ -70,26 +87,33 @@ def _message(path: str, exercise: str) -> str:
 
 
 def rewrite(source: str, module: str, names: set[str], exercise: str) -> str:
-    """``source`` of ``module`` with the body of each top-level function in ``names``
-    replaced by a raise of ``WithheldError`` (decorators and signature kept, every other
-    line as it was, so that tracebacks and Triton's source reading still match).
+    """``source`` of ``module`` with the body of each top-level function or method
+    (``Class.method``) in ``names`` replaced by a raise of ``WithheldError`` (decorators and
+    signature kept, every other line as it was, so that tracebacks and Triton's source
+    reading still match).
 
-    Raises ``ValueError`` when a name is not a top-level function of the module."""
+    Raises ``ValueError`` when a name is not a top-level function or a method of a
+    top-level class of the module."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     found = {}
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef)
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+        if isinstance(node, defs) and node.name in names:
             found[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, defs) and f"{node.name}.{sub.name}" in names:
+                    found[f"{node.name}.{sub.name}"] = sub
     missing = sorted(set(names) - set(found))
     if missing:
-        raise ValueError(f"{module} has no top-level function {', '.join(missing)}")
-    for node in sorted(found.values(), key=lambda n: n.lineno, reverse=True):
+        raise ValueError(f"{module} has no top-level function or method {', '.join(missing)}")
+    for name, node in sorted(found.items(), key=lambda kv: kv[1].lineno, reverse=True):
         first, last = node.body[0].lineno, node.end_lineno
         if first == node.lineno:  # `def f(): return x` on one line: no body line to replace
-            raise ValueError(f"{module}.{node.name}: a one-line def cannot be withheld")
+            raise ValueError(f"{module}.{name}: a one-line def cannot be withheld")
         indent = re.match(r"\s*", lines[first - 1]).group(0)
-        stub = f"{indent}raise {ERROR}({_message(f'{module}.{node.name}', exercise)!r})\n"
+        stub = f"{indent}raise {ERROR}({_message(f'{module}.{name}', exercise)!r})\n"
         lines[first - 1 : last] = [stub]
     lines.append(
         f"\n\nclass {ERROR}(RuntimeError):\n"
@@ -128,7 +152,7 @@ def bwrap_options(exercise: str, functions: tuple[str, ...]) -> list[str]:
     key = (exercise, tuple(sorted(functions)))
     by_module: dict[str, set[str]] = {}
     for path in functions:
-        module, _, name = path.rpartition(".")
+        module, name = split(path)
         by_module.setdefault(module, set()).add(name)
     with _lock:
         if key not in _made:

@@ -42,6 +42,18 @@ from .speculative_step import check_speculative_step
 
 # isort: on
 
+# Not withheld: the references drive the model and the rule the exercise's step is given.
+PUBLIC_IMPLEMENTATIONS: tuple[str, ...] = ()
+ALLOWED = {
+    "specdec_course.model.CharGPT": "the models the step drives",
+    "specdec_course.model.GPTConfig": "the models' configuration",
+    "specdec_course.model.KVCache": "the cache the step keeps",
+    "specdec_course.verifier.RejectionResult": "the rule's result type",
+    "specdec_course.verifier.rejection_sample": "the rule, which the step is given as verify",
+    "specdec_course.decoding.generate": "plain decoding, the baseline",
+    "specdec_course.decoding.caches_consistent": "compares two caches",
+}
+
 __all__ = [
     "ATOL",
     "DRAFT_CFG",

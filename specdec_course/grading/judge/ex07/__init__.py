@@ -32,10 +32,32 @@ rejected child, compacting the wrong positions.
 # Imported in this order on purpose: the checks register, and are reported and graded, in
 # the order of the exercise.
 from specdec_course.stats import chi_square_test
+
 from .walk import CHAIN, DEEP, V, check_tree_walk, exact_law, make_tree_case
 from .compaction import check_compact_cache
 
 # isort: on
+
+# Not in the sandbox while ex07 is graded (grading.judge.withheld): the package's tree walks
+# (greedy and sampled, and the chain walk they share) and its cache compaction.
+PUBLIC_IMPLEMENTATIONS = (
+    "specdec_course.medusa.generate._greedy_walk",
+    "specdec_course.medusa.generate._sampled_walk",
+    "specdec_course.medusa.guess.sampled_chain_walk",
+    "specdec_course.medusa.tree.compact_cache",
+    "specdec_course.medusa.tree._move_slots",
+)
+ALLOWED = {
+    "specdec_course.medusa.build_tree": "builds a tree's buffers (the cases' trees); the walk "
+    "and the compaction are what is asked",
+    "specdec_course.medusa.tree_forward": "the model's pass over a tree, which fills the cache",
+    "specdec_course.decoding.caches_consistent": "compares two caches",
+    "specdec_course.model.GPTConfig": "the model's configuration",
+    "specdec_course.model.KVCache": "the cache the exercise compacts",
+    "specdec_course.stats.chi_square_test": "the statistics tool the checks use",
+    "specdec_course.stats.counts": "a histogram",
+    "specdec_course.stats.round_probs": "rounding for the printed law",
+}
 
 __all__ = [
     "CHAIN",

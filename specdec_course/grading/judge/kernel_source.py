@@ -1,0 +1,212 @@
+"""Exercise 05's Triton kernel, taken out of the notebook's source by the judge.
+
+The kernel process that ran the notebook says nothing the judge can trust about a Triton
+kernel: its code can replace the launcher, the ``JITFunction`` class or anything else that
+the launch goes through. So the judge reads the ``@triton.jit def race_kernel`` out of the
+notebook's syntax tree itself, refuses a body that names anything but ``tl.*`` (or
+``triton.*``), its own parameters and locals, other ``@triton.jit`` functions of the
+notebook (checked the same way) and a few builtins (``range``, ``min``, ``max``...), and
+writes the source of a cell that defines it after ``import triton, triton.language as tl``
+only. That cell runs in a fresh kernel in which no student cell has run, so the launch,
+the ``JITFunction`` check and the kernel's output there are the grader's own.
+
+What ``tl.*`` names is checked against the installed ``triton.language``: an attribute path
+may go through its submodules (``tl.math.div_rn``) but never reach a module outside it or
+an object that is not Triton's; of ``triton.*`` only ``cdiv``, ``next_power_of_2`` and
+``language``; no attribute of anything starts with ``_``, and a tensor's NumPy buffers
+(``.handle``, ``.data``, under the interpreter) are out of reach.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+from types import ModuleType
+
+__all__ = ["Refused", "kernel_cell"]
+
+NAME = "race_kernel"
+_BUILTINS = {
+    "range", "min", "max", "abs", "int", "float", "bool", "len", "print",
+    "NotImplementedError", "True", "False", "None",
+}  # fmt: skip
+_ROOTS = {"tl": "triton.language", "triton": "triton"}
+_TRITON_TOP = {"cdiv", "next_power_of_2", "language"}  # what a kernel may use of `triton.`
+_FORBIDDEN = (
+    ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef, ast.FunctionDef,
+    ast.AsyncFunctionDef, ast.Lambda, ast.Await, ast.Yield, ast.YieldFrom, ast.With,
+    ast.AsyncWith, ast.Try, ast.Delete, ast.ListComp, ast.SetComp, ast.DictComp,
+    ast.GeneratorExp,
+)  # fmt: skip
+_VALUE_ATTRS_DENIED = {"handle", "data"}  # the interpreter's NumPy buffers behind a tensor
+_HEADER = (
+    "import os\n"
+    'os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors, as the exercise runs it\n'
+    "import triton\n"
+    "import triton.language as tl\n"
+)
+
+
+class Refused(ValueError):
+    """The notebook's ``race_kernel`` cannot be run on its own; the text says why."""
+
+
+def _code_cells(notebook_text: str) -> list[str]:
+    try:
+        nb = json.loads(notebook_text)
+        cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+        return [
+            c["source"] if isinstance(c["source"], str) else "".join(c["source"]) for c in cells
+        ]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def _is_jit(deco: ast.expr) -> bool:
+    if isinstance(deco, ast.Call):
+        deco = deco.func
+    if isinstance(deco, ast.Name):
+        return deco.id == "jit"
+    return (
+        isinstance(deco, ast.Attribute)
+        and deco.attr == "jit"
+        and (isinstance(deco.value, ast.Name) and deco.value.id == "triton")
+    )
+
+
+def _jit_defs(cells: list[str]) -> dict[str, ast.FunctionDef]:
+    """The notebook's top-level ``@triton.jit`` functions by name (the last definition)."""
+    found: dict[str, ast.FunctionDef] = {}
+    for source in cells:
+        try:
+            from IPython.core.inputtransformer2 import TransformerManager
+
+            source = TransformerManager().transform_cell(source)  # magics become Python
+        except Exception:  # noqa: BLE001 - IPython missing or a cell it cannot transform
+            pass
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                if node.decorator_list and all(_is_jit(d) for d in node.decorator_list):
+                    found[node.name] = node
+                else:
+                    found.pop(node.name, None)  # a plain def of that name replaces it
+    return found
+
+
+def _triton_path_ok(root: str, attrs: list[str]) -> bool:
+    """``tl.a.b`` goes through ``triton.language``'s submodules to an object of Triton's."""
+    import importlib
+
+    if root == "triton" and (not attrs or attrs[0] not in _TRITON_TOP):
+        return False
+    try:
+        obj = importlib.import_module(_ROOTS[root])
+    except ImportError:
+        return False
+    base = _ROOTS[root]
+    for attr in attrs:
+        if not isinstance(obj, ModuleType):
+            return True  # past the module: an attribute of a Triton object (no "_" prefix)
+        obj = getattr(obj, attr, None)
+        if obj is None:
+            return False
+        if isinstance(obj, ModuleType) and not obj.__name__.startswith(base):
+            return False
+    if isinstance(obj, ModuleType):
+        return False
+    owner = getattr(obj, "__module__", None) or type(obj).__module__
+    return isinstance(owner, str) and owner.split(".")[0] == "triton"
+
+
+def _check(node: ast.FunctionDef, jit: dict[str, ast.FunctionDef]) -> list[str]:
+    """Why ``node`` cannot run on its own (empty: it can); the jit helpers it calls."""
+    a = node.args
+    params = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    if a.vararg or a.kwarg:
+        raise Refused(f"{node.name} takes *args or **kwargs: give every parameter a name")
+    for x in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        ann = x.annotation
+        if ann is not None and not (
+            isinstance(ann, ast.Attribute) and ann.attr == "constexpr"
+            and isinstance(ann.value, ast.Name) and ann.value.id in _ROOTS
+        ):  # fmt: skip
+            raise Refused(f"{node.name}'s parameter {x.arg} has an annotation other than "
+                          "tl.constexpr")  # fmt: skip
+    for d in (*a.defaults, *a.kw_defaults):
+        if d is not None and not isinstance(d, ast.Constant):
+            raise Refused(f"{node.name}'s defaults must be plain numbers")
+    stored = {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    }
+    helpers = []
+    inner = {  # attributes that are part of a longer path (`tl.math` in `tl.math.div_rn`)
+        id(n.value) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Attribute)
+    }
+    for sub in (n for stmt in node.body for n in ast.walk(stmt)):
+        if isinstance(sub, _FORBIDDEN):
+            raise Refused(
+                f"{node.name} holds a {type(sub).__name__}: a Triton kernel's body is tl.* "
+                "operations, loops and arithmetic"
+            )
+        if isinstance(sub, ast.Attribute):
+            if sub.attr.startswith("_") or sub.attr in _VALUE_ATTRS_DENIED:
+                raise Refused(f"{node.name} reads .{sub.attr}: a Triton kernel has no use for it")
+            attrs, base = [], sub
+            while isinstance(base, ast.Attribute):
+                attrs.append(base.attr)
+                base = base.value
+            if id(sub) in inner:
+                continue
+            if isinstance(base, ast.Name) and base.id in _ROOTS and base.id not in stored:
+                if not _triton_path_ok(base.id, attrs[::-1]):
+                    path = ".".join([base.id, *attrs[::-1]])
+                    raise Refused(f"{node.name} uses {path}, which is not Triton's language")
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            n = sub.id
+            if n in params or n in stored or n in _BUILTINS or n in _ROOTS:
+                continue
+            if n in jit:
+                helpers.append(n)
+                continue
+            raise Refused(
+                f"{node.name} uses {n}, defined outside it: the grader runs the kernel on its "
+                "own (with `triton` and `tl` only), so pass it in or define it inside"
+            )
+    return helpers
+
+
+def kernel_cell(notebook_text: str) -> str:
+    """The source of a cell that defines the notebook's ``race_kernel`` (and the
+    ``@triton.jit`` helpers it calls) after ``import triton, triton.language as tl``.
+
+    Raises :class:`Refused` when the notebook has no top-level ``@triton.jit def
+    race_kernel`` or its code names anything but Triton's language, its own variables and
+    a few builtins."""
+    jit = _jit_defs(_code_cells(notebook_text))
+    if NAME not in jit:
+        raise Refused(
+            f"no `@triton.jit def {NAME}(...)` at the top level of a code cell: the grader "
+            "takes the kernel from the notebook's source"
+        )
+    order, todo = [], [NAME]
+    while todo:
+        name = todo.pop()
+        if name in order:
+            continue
+        order.append(name)
+        if len(order) > 20:
+            raise Refused(f"{NAME} calls more than 20 other kernels")
+        todo += _check(jit[name], jit)
+    parts = [_HEADER]
+    for name in reversed(order):  # helpers first
+        node = jit[name]
+        clean = copy.copy(node)
+        clean.decorator_list = [ast.Attribute(ast.Name("triton", ast.Load()), "jit", ast.Load())]
+        clean.returns = None
+        parts.append(ast.unparse(ast.fix_missing_locations(clean)) + "\n")
+    return "\n\n".join(parts)
