@@ -153,7 +153,7 @@ def test_a_forged_head_report_earns_nothing(monkeypatch):
     # The probe replaced (in a kernel: by code the scan cannot follow) with one that reports
     # a well-formed head and outputs computed without one: the judge loads its own weights
     # and compares with its own head, so only a real head's output passes.
-    from specdec_course.grading.judge import ex06
+    from specdec_course.grading.judge.ex06 import head
 
     def forged(cls, w, n_layers, h, prev, weights):
         C, V = w.shape[1], w.shape[0]
@@ -165,7 +165,7 @@ def test_a_forged_head_report_earns_nothing(monkeypatch):
             "random": h @ weights[2].T,  # lm_head alone: the blocks skipped
         }  # fmt: skip
 
-    monkeypatch.setattr(ex06, "load_head", forged)
+    monkeypatch.setattr(head, "load_head", forged)
     res = run_check("ex06.medusa_head", MedusaHead, quiet=True)
     assert res.status == "failed" and res.points == 0
     assert "random weights" in res.message or "block" in res.message
