@@ -172,6 +172,29 @@ def test_greedy_with_the_eagle_draft_is_the_greedy_target(shipped, k):
     assert st.accepted > 0
 
 
+def test_the_loop_passes_the_prompts_features_so_the_proposer_runs_no_forward_of_its_own(
+    shipped, monkeypatch
+):
+    # The loop's prefill hands the proposer the prompt's features (observe_target at 0): no
+    # second full forward per generation. Run alone, the proposer makes them itself.
+    target, draft = shipped
+    prompt = CharTokenizer().encode("ROMEO:\nWhat light through yonder")
+    calls = []
+    real = type(target).hidden_states
+    monkeypatch.setattr(
+        type(target), "hidden_states", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    p = EagleProposer(draft, target)
+    got, _ = decoding.speculative_generate(target, p, prompt, 40, k=4, temperature=0)
+    assert calls == []
+    assert torch.equal(got, decoding.generate(target, prompt, 40, temperature=0))
+    calls.clear()
+    with torch.inference_mode():
+        p.start(prompt, prompt.numel(), SamplingOptions(0.0), None, 10, 4)
+        p.propose(prompt, prompt.numel(), 4, torch.empty(4, dtype=torch.long))
+    assert calls == [1]
+
+
 def test_the_shipped_draft_records_its_training_and_keeps_its_acceptance_as_it_drafts(shipped):
     # Trained as it drafts (unrolled_loss), its later drafts, which read its own predicted
     # features, are accepted at least as often as its first; it saw at least the positions

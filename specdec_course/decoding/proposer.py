@@ -21,7 +21,8 @@ drafted past them. ``speculative_generate`` drives any object with these three m
 ``observe_target(hidden, start)`` (optional)
     a proposer that reads the target's features (``eagle.EagleProposer``) defines it; the
     loop then passes the target's last hidden states ``hidden`` ``[T, n_embd]`` for
-    positions ``start .. start + T - 1`` after every target call, before the verdict. Of
+    positions ``start .. start + T - 1`` after the prefill of the prompt (``start`` 0,
+    every prompt position but the last) and after every target call, before the verdict. Of
     those, the positions below ``n - 1`` at the next ``commit(ids, n)`` belong to committed
     text; the rest scored drafts that may have been rejected. Proposers without it cost
     the loop nothing.

@@ -154,7 +154,10 @@ def speculative_generate(
     w = target.lm_head.weight
     if n > 1:  # prefill everything but the pending last token
         t0 = clock() if clock else 0.0
-        target(out[None, : n - 1], tc)
+        if observe is None:
+            target(out[None, : n - 1], tc)
+        else:  # the prompt's features too: the proposer need not compute them again
+            observe(lean.hidden(out[: n - 1], tc), 0)
         t_pre += (clock() - t0) if clock else 0.0
     # The target's input: the pending token followed by the drafts, written in place.
     feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)

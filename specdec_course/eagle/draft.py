@@ -146,10 +146,11 @@ class EagleProposer:
     (the cache is cropped to ``n - 1``): the next proposal rebuilds them from the target's
     features, which the loop passes through :meth:`observe_target` after each target call.
 
-    ``start`` computes the prompt's features with one full target forward of its own (the
-    loop's prefill keeps no features; a second prefill costs once per generation and lets
-    the proposer run alone, e.g. under ``audit_proposer``). With fewer than two committed
-    tokens there is no feature yet and a proposal drafts nothing.
+    The prompt's features come from the loop's prefill (``observe_target`` with ``start``
+    0). A proposer run alone (e.g. under ``audit_proposer``), which nothing observed,
+    computes them at its first proposal with one full target forward of its own. With
+    fewer than two committed tokens there is no feature yet and a proposal drafts
+    nothing.
 
     Sampling is Gumbel-max over the processed logits (the ``SamplingOptions`` the loop
     passes), noise drawn at ``start`` from the proposer's generator, and ``q`` is the
@@ -184,9 +185,7 @@ class EagleProposer:
         self.feats = torch.empty(
             d.config.block_size, d.config.n_embd, dtype=w.dtype, device=w.device
         )
-        if n > 1:
-            with torch.no_grad():  # also when called outside the loop's inference mode
-                self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
+        self._unseen = n > 1  # the prompt's features: the loop's prefill passes them
         self.w_t = w.t()
         self.logits = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype, device=w.device)
         # The NumPy steps (eagle.host) on a CPU: weights folded once per generation.
@@ -208,12 +207,18 @@ class EagleProposer:
         Those below ``n - 1`` at the next ``commit(ids, n)`` belong to committed text and are
         the only ones a later proposal reads; the rest scored drafts and are overwritten."""
         self.feats[start : start + hidden.shape[0]] = hidden
+        if start == 0:
+            self._unseen = False
 
     def propose(
         self, ids: torch.Tensor, n: int, k: int, out: torch.Tensor
     ) -> tuple[int, torch.Tensor | None]:
         if n < 2:
             return 0, None
+        if self._unseen:  # run alone: no prefill passed the prompt's features
+            with torch.no_grad():  # also when called outside the loop's inference mode
+                self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
+            self._unseen = False
         noise = None if self.noise is None else self.noise.take(k)
         self.calls += 1
         if self.host is not None:
