@@ -14,6 +14,7 @@ import torch
 from helpers import exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import stats
+from specdec_course.data import CharTokenizer
 from specdec_course.decoding import generate
 from specdec_course.decoding.batched import generate_batch, speculative_generate_batch
 from specdec_course.model import CharGPT, GPTConfig, load_pretrained
@@ -338,3 +339,26 @@ def test_greedy_batched_ngram_speculation_is_the_targets_greedy_text():
     out, st = speculative_generate_batch(target, table, prompts, 40, k=5, temperature=0.0)
     assert torch.equal(out, generate_batch(target, prompts, 40, temperature=0.0))
     assert st.accepted > 0
+
+
+def test_measure_batch_keeps_each_rounds_spread_and_runs_small_batches_longer():
+    from specdec_course import bench
+
+    target, draft = load_pretrained("target"), load_pretrained("draft")
+    prompts = torch.stack(bench.validation_prompts(CharTokenizer(target.vocab), n=2))
+    out = bench.measure_batch(
+        target,
+        draft,
+        prompts,
+        batch_sizes=(1, 2),
+        ks=(1,),
+        repeats=1,
+        max_new_tokens=4,
+        min_tokens=16,
+    )
+    one, two = out["rows"]
+    assert (one["rounds"], two["rounds"], out["min_tokens"]) == (4, 2, 16)  # 16 / (B * 4)
+    for r in out["rows"]:
+        for name, spread in (("speedup", "spread"), ("steady_speedup", "steady_spread")):
+            lo, hi = r[spread]["1"]
+            assert lo <= r[name]["1"] <= hi

@@ -185,6 +185,7 @@ def measure_batch(
     repeats: int = 3,
     max_new_tokens: int = 64,
     seed: int = 0,
+    min_tokens: int = 0,
 ) -> dict:
     """Tokens per second of batched plain and speculative decoding against ``B``.
 
@@ -195,13 +196,18 @@ def measure_batch(
     wait for the slowest, ``speedup``) and until the first row is done (every row decoding:
     the steady state of continuous batching, ``steady_speedup``, which is what
     :func:`batch_ceiling` prices); each speedup is the median over rounds of the ratio within
-    a round. The rates are the decode phase's: each round times the
+    a round, and its spread the smallest and largest of those ratios. ``min_tokens``: a small
+    ``B`` runs more rounds, up to four times ``repeats``, until a run kind has
+    decoded about that many tokens in all (``B * max_new_tokens`` per round; its rounds are
+    cheap, and its ratios the noisiest); 0 keeps ``repeats`` for every ``B``. The rates are
+    the decode phase's: each round times the
     target's prefill of the prompts (the same calls open both arms) and takes it out of that
     round's runs (``prefill_s``: its median). Returns ``{"rows": [{"B", "plain_tok_s", "spec_tok_s",
-    "speedup", "steady_speedup" (each {k: ...}), "utilization" {k: the fraction of row
+    "speedup", "steady_speedup" (each {k: ...}), "spread", "steady_spread" (each {k: [min,
+    max]} of the rounds' ratios), "utilization" {k: the fraction of row
     iterations a static batch spends on rows still decoding}, "best_k", "best_speedup",
-    "best_steady_k", "best_steady_speedup", "alpha", "prefill_s"}], "crossover_B",
-    "steady_crossover_B"}``:
+    "best_steady_k", "best_steady_speedup", "alpha", "prefill_s", "rounds"}], "crossover_B",
+    "steady_crossover_B", "min_tokens"}``:
     a crossover is the smallest ``B`` where no ``k`` beats plain decoding (``None`` if
     speculation pays at every measured ``B``).
     """
@@ -209,6 +215,11 @@ def measure_batch(
     check_run(repeats=repeats, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature)
     for i, B in enumerate(batch_sizes):
         check_int(B, f"batch_sizes[{i}]")
+    check_int(min_tokens, "min_tokens", minimum=0)
+    rounds = {
+        B: min(4 * repeats, max(repeats, -(-min_tokens // (B * max_new_tokens))))
+        for B in batch_sizes
+    }
     from ..decoding import SpecStats
     from ..decoding.batched import generate_batch, speculative_generate_batch
     from ..model.ragged import batch_steps
@@ -219,8 +230,10 @@ def measure_batch(
     tokens = {(B, k, u): [] for B in batch_sizes for k, u in runs}
     agg = {B: SpecStats(k=max(ks)) for B in batch_sizes}
     busy = {(B, k): [0, 0] for B in batch_sizes for k in ks}  # row iterations, B * calls
-    for rep in range(-1, repeats):  # round -1 warms up every shape, untimed
+    for rep in range(-1, max(rounds.values())):  # round -1 warms up every shape, untimed
         for B in batch_sizes:
+            if rep >= rounds[B]:
+                continue
             rows = prompts[:B]
             # Both arms start by building the target's steps and prefilling the prompt, the
             # same calls (model.ragged.batch_steps): that is not what speculation changes,
@@ -264,7 +277,7 @@ def measure_batch(
     for B in batch_sizes:
         # tokens per second of each run kind: all its tokens over the median run's share
         rate = {
-            key: sum(tokens[key]) / (statistics.median(times[key]) * repeats)
+            key: sum(tokens[key]) / (statistics.median(times[key]) * rounds[B])
             for key in times
             if key[0] == B
         }
@@ -273,16 +286,20 @@ def measure_batch(
         def paired(k, until, B=B):
             # the median over rounds of the rate ratio within a round: the runs of a round
             # are adjacent in time, so a slow spell of the machine cancels out of it
+            # (and min, max: how far one round's ratio strays, to tell noise from a gap)
             per = [
                 (n / t) / (n0 / t0)
                 for n, t, n0, t0 in zip(
                     tokens[B, k, until], times[B, k, until], tokens[B, 0, "all"], times[B, 0, "all"]
                 )
             ]
-            return statistics.median(per)
+            return statistics.median(per), [min(per), max(per)]
 
-        speed = {k: paired(k, "all") for k in ks}
-        steady = {k: paired(k, "first") for k in ks}
+        speed, spread = {}, {}
+        steady, steady_spread = {}, {}
+        for k in ks:
+            speed[k], spread[str(k)] = paired(k, "all")
+            steady[k], steady_spread[str(k)] = paired(k, "first")
         best = max(ks, key=lambda k: speed[k])
         best_s = max(ks, key=lambda k: steady[k])
         out.append(
@@ -292,6 +309,8 @@ def measure_batch(
                 "spec_tok_s": {str(k): rate[B, k, "all"] for k in ks},
                 "speedup": {str(k): speed[k] for k in ks},
                 "steady_speedup": {str(k): steady[k] for k in ks},
+                "spread": spread,
+                "steady_spread": steady_spread,
                 "utilization": {str(k): busy[B, k][0] / busy[B, k][1] for k in ks},
                 "best_k": best,
                 "best_speedup": speed[best],
@@ -299,6 +318,7 @@ def measure_batch(
                 "best_steady_speedup": steady[best_s],
                 "alpha": min(agg[B].acceptance_rate, 1.0),
                 "prefill_s": statistics.median(prefill[B]),
+                "rounds": rounds[B],
             }
         )
     losing = [r["B"] for r in out if r["best_speedup"] < 1.0]
@@ -307,6 +327,7 @@ def measure_batch(
         "temperature": temperature,
         "repeats": repeats,
         "max_new_tokens": max_new_tokens,
+        "min_tokens": min_tokens,
         "ks": list(ks),
         "rows": out,
         "crossover_B": min(losing) if losing else None,

@@ -374,6 +374,7 @@ def _beyond(args) -> int:
     for r in dyn["rows"]:
         print(f"  {r['name']:22s} mean k {r['mean_k']:.2f}  speedup {r['speedup']:.2f}x")
     sizes = bench.BATCH_SIZES[:4] if args.quick else bench.BATCH_SIZES
+    min_tokens = 0 if args.quick else 4096  # small B: cheap rounds, the noisiest: more of them
     calls = bench.batch_call_costs(target, draft, sizes)
     batch_prompts = torch.stack(bench.validation_prompts(tok, n=max(sizes)))
     batch = bench.measure_batch(
@@ -383,6 +384,7 @@ def _beyond(args) -> int:
         batch_sizes=sizes,
         temperature=temperature,
         repeats=max(2, repeats - 2),
+        min_tokens=min_tokens,
     )
     ceiling = bench.batch_ceiling(batch, calls)
     _print_batch("draft model", batch, ceiling, calls)
@@ -398,6 +400,7 @@ def _beyond(args) -> int:
         ks=(1, 2, 4, 6),
         temperature=temperature,
         repeats=max(2, repeats - 2),
+        min_tokens=min_tokens,
     )
     ng_ceiling = bench.batch_ceiling(ng_batch, ng_calls)
     _print_batch("distilled n-gram", ng_batch, ng_ceiling, ng_calls)
@@ -427,10 +430,12 @@ def _print_batch(name: str, batch: dict, ceiling: dict, calls: dict) -> None:
     print(f"batched speculation, {name} as the draft (best k of each kind of run):")
     for r, c_row, ratio in zip(batch["rows"], ceiling["rows"], calls["ratio"]):
         k = str(r["best_steady_k"])
+        lo, hi = r["steady_spread"][k]
         print(
             f"  B={r['B']:3d} plain {r['plain_tok_s']:8.0f} tok/s | static batch "
             f"{r['best_speedup']:.2f}x (k={r['best_k']}) | steady state "
-            f"{r['best_steady_speedup']:.2f}x (k={k}; a static batch's rows busy "
+            f"{r['best_steady_speedup']:.2f}x (k={k}; rounds {lo:.2f}..{hi:.2f} over "
+            f"{r['rounds']}; a static batch's rows busy "
             f"{r['utilization'][k]:.2f}) | ceiling "
             f"{c_row['best_ceiling']:.2f}x (k={c_row['best_k']}) | measured/ceiling "
             f"{r['best_steady_speedup'] / c_row['best_ceiling']:.2f} | largest call = "

@@ -295,20 +295,20 @@ def speculative_generate_batch(
             a = (drafts == best[:, :K]).cumprod(1).sum(1)
             tok = best
         else:
-            if table:
-                q = torch.from_numpy(q_rows[d_rows[:, :K]])  # [B, K, V], the rows drawn from
+            if table:  # [B, K, V] (NumPy), the rows drawn from
+                q = q_rows[d_rows[:, :K]]
             else:
                 q = smp.logits(d_logits[:K]).softmax(-1).transpose(0, 1)  # [B, K, V]
             p = smp.probs(logits).float()
             u, e = U[:, :K], E
             if verify == "block":
                 ids_t = torch.from_numpy(np.ascontiguousarray(drafts))
-                res = block_verify_prepared(
-                    VerifierInputs(ids_t, q.contiguous(), p, u.contiguous(), e)
-                )
+                q_t = torch.from_numpy(q) if table else q.contiguous()
+                res = block_verify_prepared(VerifierInputs(ids_t, q_t, p, u.contiguous(), e))
                 tok, a = res.token_ids.numpy(), res.num_accepted.numpy()
             else:
-                a, new = _token_verify(drafts, q.numpy(), p.numpy(), u.numpy(), e.numpy())
+                q_h = q if table else q.numpy()
+                a, new = _token_verify(drafts, q_h, p.numpy(), u.numpy(), e.numpy())
                 tokens[:, :K] = drafts
                 tokens[:, K] = 0
                 tokens[rows[:, 0], a] = new
@@ -367,22 +367,28 @@ def _token_verify(x, q, p, u, e):
     b = np.arange(B)
     if K:
         xs = np.maximum(x, 0)
-        j = np.arange(K)
-        px = p[b[:, None], j, xs].astype(np.float64)
-        qx = q[b[:, None], j, xs].astype(np.float64)
-        ok = (x >= 0) & (px > 0) & (u * qx <= px)
-        a = np.where(ok.all(1), K, ok.argmin(1))  # the first rejection, or K
+        bj = (b[:, None], np.arange(K), xs)
+        px = p[bj]
+        # float64 comparison: u is float64, so u * q(x) and its comparison with p(x) are
+        # made in float64 (NumPy promotes the float32 operands exactly).
+        ok = np.zeros((B, K + 1), dtype=bool)  # a False column at K: argmin finds a <= K
+        np.less_equal(u * q[bj], px, out=ok[:, :K])
+        ok[:, :K] &= (x >= 0) & (px > 0)
+        a = ok.argmin(1)  # the first rejection, or K
         p_m = p[b, a]
-        rejected = (a < K) & (x[b, np.minimum(a, K - 1)] >= 0)
-        w = np.where(rejected[:, None], np.maximum(p_m - q[b, np.minimum(a, K - 1)], 0), p_m)
+        am = np.minimum(a, K - 1)
+        rejected = (a < K) & (x[b, am] >= 0)
+        # w = max(p_m - q_m, 0) after a rejection, else p_m: q_m times 0 leaves p_m exact
+        w = np.maximum(p_m - q[b, am] * rejected[:, None], 0)
     else:
         a = np.zeros(B, dtype=np.int64)
         w = p_m = p[:, 0]
     scores = w / e
-    empty = scores.max(1) <= 0  # no residual mass (p == q up to rounding): race over p
+    new = scores.argmax(1)
+    empty = scores[b, new] <= 0  # no residual mass (p == q up to rounding): race over p
     if empty.any():
-        scores[empty] = p_m[empty] / e[empty]
-    return a, scores.argmax(1)
+        new[empty] = (p_m[empty] / e[empty]).argmax(1)
+    return a, new
 
 
 def _count(stats: SpecStats, history, end: int, k: int) -> None:
