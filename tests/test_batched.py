@@ -9,6 +9,8 @@ same test runs with a two-layer target (the ragged step's later layers), and 2,0
 one row each test the one-row path (the batch-1 steps and verifier), at the same rate.
 """
 
+import time
+
 import pytest
 import torch
 from helpers import exact_sequence_law, sequence_codes, tiny_model
@@ -111,6 +113,27 @@ def test_bad_batches_raise_clear_errors(tiny):
         speculative_generate_batch(target, draft, torch.tensor([[0, 1]]), 2, verify="tree")
 
 
+@pytest.mark.parametrize("draft_kind", ["model", "table"])
+def test_the_batched_loops_timings_split_its_wall_time(tiny, tiny_table, draft_kind):
+    # timings=True: the prefill, drafting, target calls, verifier and the rest add up to the
+    # call's wall time, and the tokens are those of the untimed run from the same seed.
+    target, draft = tiny
+    draft = draft if draft_kind == "model" else tiny_table
+    prompts = torch.tensor([[0, 1, 2], [2, 1, 0], [1, 1, 0]])
+    t0 = time.perf_counter()
+    out, st = speculative_generate_batch(
+        target, draft, prompts, 6, k=3, generator=torch.Generator().manual_seed(3), timings=True
+    )
+    wall = time.perf_counter() - t0
+    same, _ = speculative_generate_batch(
+        target, draft, prompts, 6, k=3, generator=torch.Generator().manual_seed(3)
+    )
+    assert torch.equal(out, same)
+    assert set(st.seconds) == {"prefill", "draft", "target", "verify", "rest"}
+    assert all(v >= 0 for v in st.seconds.values()) and st.seconds["target"] > 0
+    assert sum(st.seconds.values()) <= wall
+
+
 def test_the_batch_ceiling_prices_an_iteration_in_one_token_calls():
     from specdec_course import bench, theory
 
@@ -128,6 +151,14 @@ def test_the_batch_ceiling_prices_an_iteration_in_one_token_calls():
     assert out["crossover_B"] == 8
     with pytest.raises(ValueError, match="size 4"):
         bench.batch_ceiling({"ks": [3], "rows": batch["rows"]}, calls)
+    # With the steady runs' own split, the calls are priced as they ran in the loop: plain's
+    # step of 2 s against a k = 1 iteration whose calls took 3 s (its verifier's 5 s is the
+    # loop's own work, which the bound leaves out).
+    split = {"1": {"draft": 1.0, "target": 2.0, "verify": 5.0, "rest": 0.0}}
+    row = {"B": 8, "alpha": 0.8, "plain_step_s": 2.0, "steady_per_call_s": split}
+    inner = bench.batch_ceiling({"ks": [1], "rows": [row]}, calls)["rows"][0]
+    assert inner["ceiling_in_loop"]["1"] == pytest.approx(theory.expected_tokens(0.8, 1) * 2 / 3)
+    assert inner["best_ceiling_in_loop"] == inner["ceiling_in_loop"]["1"]
     costs = {"sizes": [1, 8], "target_s": [1.0, 1.7], "draft_s": [0.3, 0.4]}
     assert bench.marginal_cost(costs) == pytest.approx(0.3 + 0.1)
 
@@ -358,7 +389,59 @@ def test_measure_batch_keeps_each_rounds_spread_and_runs_small_batches_longer():
     )
     one, two = out["rows"]
     assert (one["rounds"], two["rounds"], out["min_tokens"]) == (4, 2, 16)  # 16 / (B * 4)
+    for r in out["rows"]:  # where the steady runs' time went, per target call, from the loop
+        split = r["steady_per_call_s"]["1"]
+        assert set(split) == {"draft", "target", "verify", "rest"}
+        assert split["target"] > 0 and split["draft"] > 0 and r["plain_step_s"] > 0
     for r in out["rows"]:
         for name, spread in (("speedup", "spread"), ("steady_speedup", "steady_spread")):
             lo, hi = r[spread]["1"]
             assert lo <= r[name]["1"] <= hi
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0, 0.7])
+def test_the_ngram_proposal_over_many_rows_makes_the_per_row_draws(tiny_table, temperature):
+    # From ngram._VECTOR_ROWS rows on, propose_rows walks the row transitions in NumPy; below,
+    # it looks rows up one at a time. Both must make the same draws from the same uniforms,
+    # rows with fewer characters than the context included (n = 1).
+    import numpy as np
+
+    from specdec_course import ngram
+    from specdec_course.sampling import SamplingOptions
+
+    smp = SamplingOptions(temperature)
+    rng = np.random.default_rng(1)
+    B, K = 4 * ngram._VECTOR_ROWS, 5
+    ids = rng.integers(0, 3, (B, 12))
+    n = rng.integers(1, 12, B)
+    u = None if smp.greedy else rng.random((B, K))
+    toks, rows = np.empty((B, K), np.int64), np.empty((B, K), np.int64)
+    tiny_table.propose_rows(smp, ids, n, K, u, toks, rows)
+    step = ngram._VECTOR_ROWS - 1  # chunks small enough for the per-row path
+    for lo in range(0, B, step):
+        sl = slice(lo, lo + step)
+        t1, r1 = np.empty_like(toks[sl]), np.empty_like(rows[sl])
+        tiny_table.propose_rows(smp, ids[sl], n[sl], K, None if u is None else u[sl], t1, r1)
+        assert np.array_equal(t1, toks[sl]) and np.array_equal(r1, rows[sl])
+    # the draws are not all one symbol (greedy: the skewed table's argmaxes, two of three)
+    assert len(set(toks.ravel().tolist())) >= (2 if smp.greedy else 3)
+
+
+def test_the_loops_time_with_a_clock_they_are_given(tiny, tiny_table):
+    # timings=<a clock>: the bench's thread clock splits the run, for a batch and for one row
+    # (the batch-1 loop), and the parts add up to no more than that clock's own interval.
+    target, draft = tiny
+    for prompts in (torch.tensor([[0, 1, 2], [2, 1, 0]]), torch.tensor([[0, 1, 2]])):
+        t0 = time.thread_time()
+        _, st = speculative_generate_batch(
+            target,
+            tiny_table,
+            prompts,
+            6,
+            k=3,
+            generator=torch.Generator().manual_seed(1),
+            timings=time.thread_time,
+        )
+        spent = time.thread_time() - t0
+        assert set(st.seconds) == {"prefill", "draft", "target", "verify", "rest"}
+        assert st.seconds["target"] > 0 and sum(st.seconds.values()) <= spent

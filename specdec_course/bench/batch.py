@@ -150,8 +150,12 @@ def batch_ceiling(batch: dict, calls: dict) -> dict:
     1)``-token target call, in one-token target calls (``calls``, from
     :func:`batch_call_costs`, measured at sizes ``k + 1``). Returns ``{"rows": [{"B",
     "ceiling": {k: ...}, "best_k", "best_ceiling"}], "crossover_B"}``: the smallest ``B``
-    whose best ceiling is below 1 (``None`` if none). Raises ValueError when ``calls`` lacks
-    a size ``k + 1`` or a batch size of ``batch``."""
+    whose best ceiling is below 1 (``None`` if none). Where ``batch`` holds the steady runs'
+    own split (``steady_per_call_s``), each row also has ``ceiling_in_loop`` ({k: ...}) and
+    ``best_ceiling_in_loop``: the same bound with the calls priced as they cost inside the
+    loop (its draft and target seconds per call) against plain decoding's step as it ran,
+    so that the measured speedup over it is the share the loop's own work leaves. Raises
+    ValueError when ``calls`` lacks a size ``k + 1`` or a batch size of ``batch``."""
     from .. import theory
 
     rows = []
@@ -167,9 +171,20 @@ def batch_ceiling(batch: dict, calls: dict) -> dict:
             cost = (k * calls["draft_s"][bi] + t[calls["sizes"].index(k + 1)]) / t[0]
             ceiling[str(k)] = theory.expected_tokens(r["alpha"], k) / cost
         best = max(ceiling, key=ceiling.get)
-        rows.append(
-            {"B": r["B"], "ceiling": ceiling, "best_k": int(best), "best_ceiling": ceiling[best]}
-        )
+        row = {"B": r["B"], "ceiling": ceiling, "best_k": int(best), "best_ceiling": ceiling[best]}
+        if "steady_per_call_s" in r:
+            inner = {
+                str(k): theory.expected_tokens(r["alpha"], k)
+                * r["plain_step_s"]
+                / (
+                    r["steady_per_call_s"][str(k)]["draft"]
+                    + r["steady_per_call_s"][str(k)]["target"]
+                )
+                for k in batch["ks"]
+            }
+            row["ceiling_in_loop"] = inner
+            row["best_ceiling_in_loop"] = max(inner.values())
+        rows.append(row)
     losing = [r["B"] for r in rows if r["best_ceiling"] < 1.0]
     return {"rows": rows, "crossover_B": min(losing) if losing else None}
 
@@ -206,7 +221,9 @@ def measure_batch(
     "speedup", "steady_speedup" (each {k: ...}), "spread", "steady_spread" (each {k: [min,
     max]} of the rounds' ratios), "utilization" {k: the fraction of row
     iterations a static batch spends on rows still decoding}, "best_k", "best_speedup",
-    "best_steady_k", "best_steady_speedup", "alpha", "prefill_s", "rounds"}], "crossover_B",
+    "best_steady_k", "best_steady_speedup", "alpha", "prefill_s", "rounds", "plain_step_s" (plain
+    decoding's step as it ran), "steady_per_call_s" ({k: {"draft", "target", "verify", "rest"}}:
+    a steady run's seconds per target call, from the loop's own ``timings``)}], "crossover_B",
     "steady_crossover_B", "min_tokens"}``:
     a crossover is the smallest ``B`` where no ``k`` beats plain decoding (``None`` if
     speculation pays at every measured ``B``).
@@ -229,6 +246,7 @@ def measure_batch(
     prefill = {B: [] for B in batch_sizes}  # the target's prefill, which both arms make
     tokens = {(B, k, u): [] for B in batch_sizes for k, u in runs}
     agg = {B: SpecStats(k=max(ks)) for B in batch_sizes}
+    split = {(B, k): SpecStats(k=k) for B in batch_sizes for k in ks}  # steady runs' seconds
     busy = {(B, k): [0, 0] for B in batch_sizes for k in ks}  # row iterations, B * calls
     for rep in range(-1, max(rounds.values())):  # round -1 warms up every shape, untimed
         for B in batch_sizes:
@@ -261,6 +279,7 @@ def measure_batch(
                         temperature=temperature,
                         generator=g,
                         until=until,
+                        timings=_clock if until == "first" else False,
                     )
                     n = st.emitted
                     if rep >= 0 and until == "all":
@@ -268,6 +287,8 @@ def measure_batch(
                         busy[B, k][1] += B * st.target_calls
                         if k == max(ks):
                             agg[B].add(st)
+                    if rep >= 0 and until == "first":
+                        split[B, k].add(st)
                 if rep >= 0:
                     times[B, k, until].append(_clock() - t0 - pre)
                     tokens[B, k, until].append(n)
@@ -300,6 +321,18 @@ def measure_batch(
         for k in ks:
             speed[k], spread[str(k)] = paired(k, "all")
             steady[k], steady_spread[str(k)] = paired(k, "first")
+        # Where a steady run's time went, per target call: the calls (draft, target) and the
+        # loop's own work (verify: the verifier and the commit; rest: bookkeeping), against
+        # plain decoding's step as it ran (its decode phase over its tokens).
+        plain_step = statistics.median(times[B, 0, "all"]) / max_new_tokens
+        per_call = {}
+        for k in ks:
+            sp = split[B, k]
+            calls = max(sp.target_calls, 1)
+            per_call[str(k)] = {
+                part: sp.seconds.get(part, 0.0) / calls
+                for part in ("draft", "target", "verify", "rest")
+            }
         best = max(ks, key=lambda k: speed[k])
         best_s = max(ks, key=lambda k: steady[k])
         out.append(
@@ -319,6 +352,8 @@ def measure_batch(
                 "alpha": min(agg[B].acceptance_rate, 1.0),
                 "prefill_s": statistics.median(prefill[B]),
                 "rounds": rounds[B],
+                "plain_step_s": plain_step,
+                "steady_per_call_s": per_call,
             }
         )
     losing = [r["B"] for r in out if r["best_speedup"] < 1.0]

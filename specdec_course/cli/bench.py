@@ -438,7 +438,9 @@ def _print_batch(name: str, batch: dict, ceiling: dict, calls: dict) -> None:
             f"{r['rounds']}; a static batch's rows busy "
             f"{r['utilization'][k]:.2f}) | ceiling "
             f"{c_row['best_ceiling']:.2f}x (k={c_row['best_k']}) | measured/ceiling "
-            f"{r['best_steady_speedup'] / c_row['best_ceiling']:.2f} | largest call = "
+            f"{r['best_steady_speedup'] / c_row['best_ceiling']:.2f} | in-loop ceiling "
+            f"{c_row['best_ceiling_in_loop']:.2f}x, measured/in-loop "
+            f"{r['best_steady_speedup'] / c_row['best_ceiling_in_loop']:.2f} | largest call = "
             f"{ratio:.2f} x one token"
         )
     print(

@@ -36,6 +36,8 @@ shape for all rows). The target's cache holds ``x[0 .. n_b - 2]``, as at batch 1
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -138,6 +140,7 @@ def speculative_generate_batch(
     generator: torch.Generator | None = None,
     verify: str = "token",
     until: str = "all",
+    timings=False,
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding of ``B`` prompts at once, each row accepting its own drafts.
 
@@ -162,6 +165,11 @@ def speculative_generate_batch(
     positions past a row's own tokens are ``-1``): the first tokens of the full run from
     the same seed, cut where the run stopped. Where it is cut depends on the rows' luck, so
     those rows are for timing, not for sampling.
+    ``timings=True`` fills ``stats.seconds`` with the wall time of the prefills
+    (``"prefill"``), the drafting (``"draft"``: the proposals and their random numbers), the
+    target's calls (``"target"``), the verifier and the commit (``"verify"``) and the rest
+    (``"rest"``), as ``speculative_generate`` does for one row (which a batch of one is);
+    ``timings`` a clock (e.g. ``time.thread_time``, as the bench times) measures with it.
     Raises ValueError for bad prompts, options or models, or ``T + max_new_tokens + k``
     beyond the context (a finished row's drafts still take positions).
     """
@@ -205,11 +213,14 @@ def speculative_generate_batch(
             top_k=top_k,
             top_p=top_p,
             generator=generator,
+            timings=timings,
         )
         return out1[None], stats
     # k + 1 spare columns: a row's commit writes K + 1 tokens at n_b .. n_b + K (those past
     # its accepted ones land where it has not committed yet, and a later commit overwrites
     # them, or in the spare columns), so one indexed write serves every row.
+    clock = (timings if callable(timings) else time.perf_counter) if timings else None
+    wall0 = t_pre = clock() if clock else 0.0
     out = torch.zeros(B, end + k + 1, dtype=torch.long)
     out[:, :n0] = ids
     V = target.config.vocab_size
@@ -231,6 +242,8 @@ def speculative_generate_batch(
         fc = fold.new_cache()
         if n0 > 2:
             fold.feed(ids[0, : n0 - 2], fc)
+    t_pre = (clock() - t_pre) if clock else 0.0
+    spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
     noise = None if greedy else _Noise(B, V, k, generator, table)
     # The loop's bookkeeping (lengths, accepted counts, commits) is NumPy on the tensors'
     # memory: a NumPy call on B numbers costs a microsecond or two, a tensor op four or more.
@@ -253,6 +266,7 @@ def speculative_generate_batch(
         K = min(k, end - 1 - lo)  # drafts this iteration: what the furthest-behind row needs
         slots = n[:, None] + offsets[: K + 2]  # [B, K + 2]: positions n - 2 .. n + K - 1
         # --- draft: K steps for every row; the first feeds the last two committed tokens
+        t0 = clock() if clock else 0.0
         G, U, E = (None, None, None) if greedy else noise.next()
         if table:  # Python per row and draft: a dict look-up and a bisect each
             draft.propose_rows(smp, out_h, n_h, K, None if greedy else G, d_toks, d_rows)
@@ -284,9 +298,11 @@ def speculative_generate_batch(
                 torch.argmax(lj if greedy else smp.logits(lj) + G[j], -1, out=feed[j + 1])
         stats.draft_calls += K
         # --- target: every row's pending token and its drafts in one call
+        t1 = clock() if clock else 0.0
         logits = ts.step(feed[: K + 1].t(), slots[:, 1:], hi + K, t_logits[: B * (K + 1)])
         logits = logits.view(B, K + 1, V)
         stats.target_calls += 1
+        t2 = clock() if clock else 0.0
         drafts = feed_h[1 : K + 1].T  # [B, K]
         if hi > end - 1 - K:  # a row with fewer tokens to go drafted too many: pad its tail
             drafts = np.where(cols[:K] < np.clip(end - 1 - n_h, 0, k)[:, None], drafts, -1)
@@ -318,6 +334,11 @@ def speculative_generate_batch(
         history.append((n_h.copy(), a))
         n_h += np.where(n_h < end, a + 1, 0)  # n (a tensor) sees it: the same memory
         # Rollback is nothing: the caches' positions are the loop's n (model.ragged).
+        if clock:
+            t3 = clock()
+            spent["draft"] += t1 - t0
+            spent["target"] += t2 - t1
+            spent["verify"] += t3 - t2
     _count(stats, history, end, k)
     if until == "first":
         done = np.minimum(n_h, end)
@@ -325,6 +346,10 @@ def speculative_generate_batch(
         out_h[np.arange(end + k + 1)[None, :] >= done[:, None]] = -1
     else:
         stats.emitted = B * max_new_tokens
+    if clock:
+        spent["prefill"] = t_pre
+        spent["rest"] = clock() - wall0 - sum(spent.values())
+        stats.seconds = spent
     return out[:, :end], stats
 
 

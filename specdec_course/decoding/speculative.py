@@ -58,7 +58,7 @@ def speculative_generate(
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
-    timings: bool = False,
+    timings=False,
     on_iteration=None,
     cuda_graphs: bool = False,
     k_policy=None,
@@ -74,9 +74,11 @@ def speculative_generate(
     bonus token, so the output is distributed exactly as ``generate(target, ...)``'s, and at
     ``temperature=0`` it is the same tokens. An iteration drafts at most the tokens still
     needed, so a large ``k`` costs nothing extra. ``timings=True`` fills
-    ``SpecStats.seconds`` (prefill, draft, target, verify, rest); ``on_iteration(ids, target_cache,
-    draft_cache, accepted)``, if given, is called after every iteration with the committed
-    ids so far (``draft_cache`` is the draft model's cache, ``None`` for other proposers).
+    ``SpecStats.seconds`` (prefill, draft, target, verify, rest) by the wall clock, or by
+    ``timings`` itself where it is a clock (e.g. ``time.thread_time``, as the bench times);
+    ``on_iteration(ids, target_cache, draft_cache, accepted)``, if given, is called after
+    every iteration with the committed ids so far (``draft_cache`` is the draft model's
+    cache, ``None`` for other proposers).
     ``cuda_graphs=True`` replays the target's steps and the draft model's as CUDA graphs
     (``decoding.graphs``; the models must be on a CUDA GPU).
 
@@ -103,7 +105,8 @@ def speculative_generate(
     that observes the target; and, during the run, a ``k_policy`` whose ``next_k()`` is not
     an int >= 0.
     """
-    wall0 = time.perf_counter()
+    wall = timings if callable(timings) else time.perf_counter
+    wall0 = wall()
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
     proposer = as_proposer(draft, cuda_graphs=cuda_graphs)
     check_proposer_fits(proposer, target)
@@ -135,7 +138,7 @@ def speculative_generate(
     R = None
     if not greedy:
         R = NoiseBlocks(V, max_new_tokens, block=_BLOCK, generator=generator, device=dev, host=host)
-    clock = devices.clock(dev) if timings else None
+    clock = (timings if callable(timings) else devices.clock(dev)) if timings else None
     t_pre = clock() if clock else 0.0  # the prefill: the proposer's start and the target's
     proposer.start(out, n, smp, generator, max_new_tokens, k)
     t_pre = (clock() - t_pre) if clock else 0.0
@@ -251,6 +254,6 @@ def speculative_generate(
     stats.emitted = max_new_tokens
     if timings:
         spent["prefill"] = t_pre
-        spent["rest"] = time.perf_counter() - wall0 - sum(spent.values())
+        spent["rest"] = wall() - wall0 - sum(spent.values())
         stats.seconds = spent
     return out, stats
