@@ -478,7 +478,7 @@ def test_without_a_sandbox_the_grader_warns_and_leaves_nothing_running(tmp_path)
     # --sandbox off stands for a machine without bubblewrap: the grade is the same, the
     # summary says loudly that there was no sandbox, and a daemon that left the kernel's
     # process group is still found (the judge is a subreaper) and killed.
-    sol = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
+    sol = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
     marker = "47.1623"
     daemon = DAEMON.format(out=str(tmp_path / "nothing"), marker=marker)
     nbformat.write(_with_cell(sol, daemon), tmp_path / "daemon_ex01.ipynb")

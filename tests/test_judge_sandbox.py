@@ -400,17 +400,20 @@ def test_weak_as_root_runs_kernels_under_their_own_uid(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox.CGroup, "available", classmethod(lambda cls: None))
     plan = sandbox.plan("weak")
     assert plan.own_uid and plan.mode == "bwrap" and "--unshare-user" not in plan.bwrap
-    nb = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
+    # ex01's definitions only: the forks and the uid are what is checked, not the notebook.
+    solved = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
+    nbformat.write(solved, tmp_path / "classmate_ex01.ipynb")
+    nb = copy.deepcopy(solved)
     who = (
         "import os\n"
         f"assert os.getresuid() == ({sandbox.kernel_uid()},) * 3 and os.getgroups() == []\n"
         "assert open('/proc/self/status').read().split('CapEff:')[1].split()[0] == '0' * 16\n"
         "open(os.path.expanduser('~/x'), 'w').write('a home of its own')"
     )
-    nb.cells[3:3] = [new_code_cell(who), new_code_cell(FORKS)]
+    nb.cells[2:2] = [new_code_cell(who), new_code_cell(FORKS)]  # after setup and imports
     nbformat.write(nb, tmp_path / "forks_ex01.ipynb")
     rows = []
-    for path in (tmp_path / "forks_ex01.ipynb", ROOT / "solutions" / "ex01_residual.ipynb"):
+    for path in (tmp_path / "forks_ex01.ipynb", tmp_path / "classmate_ex01.ipynb"):
         (sub,) = collect([path])
         sub.exercise = "ex01"
         job = Job.for_submission(sub, cell_timeout=60, notebook_timeout=120, memory_mb=3000, seed=2)
