@@ -30,3 +30,12 @@ def val_prompts(split):
     """Three 32-character validation prompts (the Medusa tests'; test_decoding has its own)."""
     _, val = split
     return [val[i : i + 32] for i in (0, 7000, 31000)]
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory):
+    """The class of ``tests/graded_class.py``, graded once per session by the real
+    ``specdec-course grade``; xdist's workers share it (the second reads the first's results)."""
+    import graded_class as gc
+
+    return gc.load(gc.shared_dir(tmp_path_factory))

@@ -74,7 +74,7 @@ def _joint_counts(target, draft, prompt, runs, seed, **proc):
 
 
 def test_speculative_pipeline_matches_exact_two_character_distribution(pair, tok):
-    """50,000 runs of the whole pipeline (draft sampling, one target call over the pending
+    """12,000 runs of the whole pipeline (draft sampling, one target call over the pending
     token and the draft, verifier, rollback, the no-draft last iteration after a rejection)
     at temperature 0.8 with top-k and top-p, against p(x1) * p(x2 | x1) from forward
     passes. A one-character prompt keeps each run to three or four model calls."""
@@ -82,7 +82,17 @@ def test_speculative_pipeline_matches_exact_two_character_distribution(pair, tok
     proc = {"temperature": 0.8, "top_k": 20, "top_p": 0.95}
     prompt = tok.encode("\n")
     joint = _joint_exact(target, prompt, **proc)
-    counts = _joint_counts(target, draft, prompt, 50_000, seed=2, **proc)
+    # 12,000 runs, from a power analysis: with 2 new tokens a run drafts one (k is capped by
+    # what is left), so x1 is the verified draft or the residual's sample and x2 the bonus
+    # token or the no-draft last iteration's sample. The defects this test is for, each an
+    # exact law from the pair's p and q after "\n" (p1 * p2 to 1e-16 with no defect): x1
+    # resampled from p instead of the residual, x2 following the rejected draft (no
+    # rollback), the bonus drawn from the first position's p, the no-draft iteration sampling
+    # q. At 12,000 runs: df 103 after merging (false-failure rate 8.8e-14, below the 1e-12
+    # of the module's docstring); the weakest, x1 from p, at noncentrality 245 (0.020 per
+    # run), power 0.9993; the others at power 1 - 1e-9 or more (the filters leave some of
+    # their mass where p is 0). (50,000 runs before: 54 s of a 2-core run.)
+    counts = _joint_counts(target, draft, prompt, 12_000, seed=2, **proc)
     res = stats.chi_square_test(counts, joint.flatten())
     assert res.false_failure_rate < 1e-10
     assert res.passed, str(res)
@@ -102,12 +112,14 @@ def test_chi_square_flags_resampling_from_the_target(pair, tok, monkeypatch):
     monkeypatch.setattr(speculative, "rejection_sample_row", resample_from_p)
     target, draft = pair
     prompt = tok.encode("\n")
-    # The naive rule's law of the first character after this prompt differs from p by a
-    # chi-square noncentrality of about 0.03 per run: at 10,000 runs the statistic is expected
-    # near 300 above its df (about 40), against a threshold near 130.
+    # The naive rule's law of the first character after this prompt, exactly
+    # min(p, q) + (1 - sum(min(p, q))) * p, differs from p by a chi-square noncentrality of
+    # 0.0155 per run (seeds 3, 4, 5 at 10,000 runs gave statistics 193, 213, 220 on df 48:
+    # about 155 above it). 10,000 runs had power 0.989 against the threshold of 146 (df 48);
+    # 12,000: df 50, threshold 150, noncentrality 186, power 0.9995.
     V = target.config.vocab_size
     first = _joint_exact(target, prompt).sum(dim=1)
-    counts = _joint_counts(target, draft, prompt, 10_000, seed=3).view(V, V).sum(dim=1)
+    counts = _joint_counts(target, draft, prompt, 12_000, seed=3).view(V, V).sum(dim=1)
     res = stats.chi_square_test(counts, first)
     assert not res.passed, str(res)
 

@@ -1,13 +1,14 @@
 """The batch grader against submissions that try to fool it, break it or harm classmates.
 
-One grading run (module fixture, ``specdec-course grade`` with two workers, a 3000 MiB cap
-and a fixed ``--seed``) serves every test: ex01 notebooks (the untouched stub, whose honest
-score is 0, or the solution, whose honest score is 10) with an attack cell added, plus
-honest classmates graded beside them. Each test asserts the attacker's honest score, the
-classmates' scores, and that the gradebook and the JUnit XML parse. Attacks that would hurt
-the machine without a sandbox (killing processes, daemons, writing to classmates' files,
-memory and process hogs) are graded only where bubblewrap runs; their tests say so when
-skipped. The run takes about a minute and a half on two cores.
+One grading run serves every test: the shared class of ``tests/graded_class.py`` (the real
+``specdec-course grade`` with two workers, a 3000 MiB cap and a fixed ``--seed``), graded
+once per session, to which this file adds ex01 notebooks (the untouched stub's definitions,
+whose honest score is 0, or the solution's, whose honest score is 10) with an attack cell
+added, plus honest classmates graded beside them. Each test asserts the attacker's honest
+score, the classmates' scores, and that the gradebook and the JUnit XML parse. Attacks that
+would hurt the machine without a sandbox (killing processes, daemons, writing to classmates'
+files, memory and process hogs) are graded only where bubblewrap runs; their tests say so
+when skipped.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import graded_class as graded_class_module
 import nbformat
 import pytest
+from graded_class import defs_only
 from nbformat.v4 import new_code_cell
 
 from specdec_course import cli
@@ -241,12 +244,13 @@ def _marker_processes() -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("submissions")
-    out = tmp_path_factory.mktemp("out")
-    sol = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
-    stub = nbformat.read(ROOT / "exercises" / "ex01_residual.ipynb", as_version=4)
+def submissions(folder: Path, out: Path) -> dict:
+    """This file's part of the shared class (tests/graded_class.py): the attacks on ex01's
+    functions, on its definitions only (the stub's or the solution's: no demonstration or
+    inline check runs around them), the honest classmates, and three entries that are not
+    regular files."""
+    sol = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
+    stub = defs_only(nbformat.read(ROOT / "exercises" / "ex01_residual.ipynb", as_version=4))
     grades = out / "grades.csv"
     victim = folder / "kill_victim_ex01.ipynb"
     graded = {}
@@ -268,28 +272,42 @@ def run(tmp_path_factory):
     os.mkfifo(folder / "fifo_ex01.ipynb")
     (folder / "zero_ex01.ipynb").symlink_to("/dev/zero")
     (folder / "dangling_ex01.ipynb").symlink_to(folder / "nowhere")
-    victims_before = {n: _digest(graded[n]) for n in VICTIMS}
-    stdout = io.StringIO()
-    t0 = time.monotonic()
-    with contextlib.redirect_stdout(stdout):
-        rc = cli.main([
-            "grade", str(folder), "--out", str(grades), "--junit", str(out / "grades.xml"),
-            "--workers", "2", "--cell-timeout", "15", "--notebook-timeout", "90",
-            "--memory-mb", "3000", "--seed", "7",
-        ])  # fmt: skip
-    seconds = time.monotonic() - t0
+    return {
+        "paths": {name: str(path) for name, path in graded.items()},
+        "victims_before": {n: _digest(graded[n]) for n in VICTIMS},
+        "files": len(graded) + 3,  # and the FIFO and the two links
+        # The number of the cell appended to every attack (the last code cell).
+        "attack_cell": sum(c.cell_type == "code" for c in sol.cells) + 1,
+    }
+
+
+def after_grading(out: Path) -> dict:
+    """Called as soon as the grader returns: what is still running, the gradebook's digest;
+    then time for a daemon to rewrite grades.csv, were one alive."""
     alive = _marker_processes()
-    grades_after_return = _digest(grades)
-    time.sleep(2.5)  # a daemon would have rewritten grades.csv by now
-    with open(grades, newline="", encoding="utf-8") as f:
-        book = list(csv.DictReader(f))
+    digest = _digest(out / "grades.csv")
+    time.sleep(2.5)
+    return {"alive": alive, "grades_digest": digest}
+
+
+@pytest.fixture(scope="module")
+def run(graded_class):
+    part = graded_class["parts"]["test_grading_attacks"]
+    out = Path(graded_class["out"])
+    book = graded_class_module.book(graded_class)
     by_name = {}
     for row in book:
         by_name[Path(row["file"]).name.removesuffix(".ipynb")] = row
     return {
-        "rc": rc, "stdout": stdout.getvalue(), "book": book, "rows": by_name, "out": out,
-        "grades": grades, "grades_digest": grades_after_return, "alive": alive,
-        "victims_before": victims_before, "paths": graded, "seconds": seconds,
+        "rc": graded_class["rc"], "stdout": graded_class["stdout"], "book": book,
+        "rows": by_name, "out": out, "grades": out / "grades.csv",
+        "grades_digest": graded_class["hooks"]["test_grading_attacks"]["grades_digest"],
+        "alive": graded_class["hooks"]["test_grading_attacks"]["alive"],
+        "victims_before": part["victims_before"],
+        "paths": {name: Path(p) for name, p in part["paths"].items()},
+        "seconds": graded_class["seconds"], "attack_cell": part["attack_cell"],
+        "files": graded_class_module.expected_files(graded_class),
+        "own_files": part["files"],
     }  # fmt: skip
 
 
@@ -311,13 +329,17 @@ def _score(run, name: str) -> float:
 
 def test_the_run_finishes_and_the_gradebook_and_junit_parse(run):
     assert run["rc"] == 0
-    n_files = len(run["paths"]) + 3  # and the FIFO and the two links
+    # One row and one suite per submission of the whole shared class, this file's among them.
+    n_files = run["files"]
     assert len(run["book"]) == n_files
     root = ET.parse(run["out"] / "grades.xml").getroot()
     assert len(root.findall("testsuite")) == n_files
+    mine = [_row(run, name) for name in run["paths"]]
+    mine += [_row(run, name) for name in ("fifo", "zero", "dangling")]
+    assert len({r["file"] for r in mine}) == run["own_files"]
     with open(run["out"] / "grades.checks.csv", newline="", encoding="utf-8") as f:
         assert all(r["status"] for r in csv.DictReader(f))
-    assert all(r["seed"] == "7" for r in run["book"])
+    assert all(r["seed"] == str(graded_class_module.SEED) for r in run["book"])
 
 
 @pytest.mark.parametrize("name", VICTIMS)
@@ -401,8 +423,7 @@ def test_files_that_are_not_regular_are_reported_never_opened(run, name, why):
 
 def test_a_runaway_cell_costs_only_what_it_defines(run):
     row = _row(run, "runaway_recursion")
-    solved = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
-    last = sum(c.cell_type == "code" for c in solved.cells) + 1  # the cell appended to it
+    last = run["attack_cell"]  # the cell appended to the solution's definitions
     assert row["points"] == "10" and f"code cell {last}" in row["notes"], row["notes"]
 
 
@@ -446,7 +467,8 @@ def test_a_fork_bomb_hits_the_process_cap_and_is_cleaned_up(run):
     # kernel can outlast the cell's limit first, and the cell is then skipped (the grader
     # before the two rooms did the same there). Either way it costs only itself.
     assert row["points"] == "10"
-    assert "BlockingIOError" in row["notes"] or "code cell 11 ran past" in row["notes"]
+    cell = f"code cell {run['attack_cell']} ran past"
+    assert "BlockingIOError" in row["notes"] or cell in row["notes"]
 
 
 # ----------------------------------------------------------------------------- no sandbox
@@ -456,7 +478,7 @@ def test_without_a_sandbox_the_grader_warns_and_leaves_nothing_running(tmp_path)
     # --sandbox off stands for a machine without bubblewrap: the grade is the same, the
     # summary says loudly that there was no sandbox, and a daemon that left the kernel's
     # process group is still found (the judge is a subreaper) and killed.
-    sol = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
+    sol = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
     marker = "47.1623"
     daemon = DAEMON.format(out=str(tmp_path / "nothing"), marker=marker)
     nbformat.write(_with_cell(sol, daemon), tmp_path / "daemon_ex01.ipynb")

@@ -1,48 +1,35 @@
 """The batch grader on a folder of good and bad submissions, through the command line.
 
-One grading run (module fixture) serves every test here: the solved and untouched notebooks
-of both exercises, and ex01 submissions that have a syntax error, loop forever, ignore the
+One grading run serves every test here: the shared class of ``tests/graded_class.py``,
+graded once per session, to which this file adds the solved and untouched notebooks of the
+exercises, and ex01 submissions that have a syntax error, loop forever, ignore the
 interrupt, raise, kill their kernel, exhaust memory, define nothing, are not JSON, or had
-their cells deleted, reordered and duplicated. Timeouts are small so that the run takes
-about a minute on two cores. Attacks on the grader are in ``test_grading_attacks.py``.
+their cells deleted, reordered and duplicated. Attacks on the grader are in
+``test_grading_attacks.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import csv
-import hashlib
-import io
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import graded_class as graded_class_module
 import nbformat
 import pytest
+from graded_class import defs_only
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from specdec_course import cli
 from specdec_course.grading.judge import batch
 
 ROOT = Path(__file__).resolve().parent.parent
-CELL_TIMEOUT = 15
-NOTEBOOK_TIMEOUT = 90
-MEMORY_MB = 3000
+MEMORY_MB = graded_class_module.MEMORY_MB
+_defs_only = defs_only
 
 
 def _read(kind: str, name: str):
     return nbformat.read(ROOT / kind / name, as_version=4)
-
-
-def _defs_only(nb, extra_after_first_def=None):
-    """The setup and import cells and the answer cells of a notebook, nothing else."""
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    keep = [copy.deepcopy(code[0]), copy.deepcopy(code[1])]  # setup, imports
-    defs = [copy.deepcopy(c) for c in code if c.source.lstrip().startswith("def ")]
-    out = new_notebook(cells=keep + defs[:1] + (extra_after_first_def or []) + defs[1:])
-    out.metadata = copy.deepcopy(nb.metadata)
-    return out
 
 
 def _make_submissions(folder: Path) -> dict[str, Path]:
@@ -127,38 +114,33 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
     return paths
 
 
-def _digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+def submissions(folder: Path, out: Path) -> dict:
+    """This file's part of the shared class (tests/graded_class.py)."""
+    paths = _make_submissions(folder)
+    return {"paths": {name: str(path) for name, path in paths.items()}, "files": len(paths)}
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("submissions")
-    out = tmp_path_factory.mktemp("out")
-    paths = _make_submissions(folder)
-    before = _digest(folder)
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        rc = cli.main([
-            "grade", str(folder), "--out", str(out / "grades.csv"),
-            "--junit", str(out / "grades.xml"), "--workers", "2",
-            "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT),
-            "--memory-mb", str(MEMORY_MB), "--seed", "0",
-        ])  # fmt: skip
-    with open(out / "grades.checks.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    with open(out / "grades.csv", newline="") as f:
-        book = {Path(r["file"]).stem: r for r in csv.DictReader(f)}
+def graded(graded_class):
+    paths = {
+        name: Path(p) for name, p in graded_class["parts"]["test_grading_batch"]["paths"].items()
+    }
     by_file: dict[str, list[dict]] = {}
-    for r in rows:
-        by_file.setdefault(Path(r["file"]).stem, []).append(r)
+    every_file = set()
+    for r in graded_class_module.check_rows(graded_class):
+        every_file.add(Path(r["file"]).stem)
+        if Path(r["file"]).stem in paths:
+            by_file.setdefault(Path(r["file"]).stem, []).append(r)
+    book = {
+        Path(r["file"]).stem: r
+        for r in graded_class_module.book(graded_class)
+        if Path(r["file"]).stem in paths
+    }
     return {
-        "rc": rc, "stdout": stdout.getvalue(), "rows": by_file, "book": book, "paths": paths,
-        "before": before, "after": _digest(folder), "junit": out / "grades.xml",
+        "rc": graded_class["rc"], "stdout": graded_class["stdout"], "rows": by_file,
+        "book": book, "paths": paths, "before": graded_class["before"],
+        "after": graded_class["after"], "junit": Path(graded_class["out"]) / "grades.xml",
+        "files": graded_class_module.expected_files(graded_class), "every_file": every_file,
     }  # fmt: skip
 
 
@@ -173,6 +155,8 @@ def _status(rows) -> dict[str, str]:
 def test_the_run_finishes_and_grades_every_submission_once(graded):
     assert graded["rc"] == 0
     assert set(graded["rows"]) == set(graded["paths"])
+    # The whole shared class has per-check rows (every file, readable or not, has one).
+    assert len(graded["every_file"]) == graded["files"]
     for name, rows in graded["rows"].items():
         assert len({r["check"] for r in rows}) == len(rows), name
 
@@ -308,7 +292,9 @@ def test_the_summary_table_lists_every_submission(graded):
 def test_junit_xml_has_one_suite_per_submission(graded):
     root = ET.parse(graded["junit"]).getroot()
     suites = root.findall("testsuite")
-    assert len(suites) == len(graded["paths"])
+    assert len(suites) == graded["files"]  # the whole shared class
+    for name in graded["paths"]:
+        assert sum(Path(s.get("name")).name == f"{name}.ipynb" for s in suites) == 1, name
     solved = next(s for s in suites if s.get("name").endswith("ex01_solved.ipynb"))
     assert solved.get("failures") == "0" and solved.get("errors") == "0"
     untouched = next(s for s in suites if s.get("name").endswith("ex01_untouched.ipynb"))

@@ -3,7 +3,9 @@ a submission whose workers die every retry keeps the checks judged before.
 
 The tests use a ``LocalCluster`` of 2 one-thread worker processes, as an instructor's
 ``--scheduler local:2`` does; the last two start it themselves and pass its ``tcp://``
-address, the path an existing cluster takes.
+address, the path an existing cluster takes. Every submission is ex01's definitions only (the
+solution's or the stub's, tests/graded_class.py): what is checked here is where and how a
+notebook is graded, not the notebook.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from graded_class import defs_only
 from nbformat.v4 import new_code_cell
 
 from specdec_course.grading.judge import batch
@@ -26,9 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 LIMITS = dict(cell_timeout=30, notebook_timeout=90, memory_mb=3000, progress=False, seed=11)
 
 
+def _solved() -> nbformat.NotebookNode:
+    """ex01's solution, definitions only: setup, imports, then its three functions."""
+    return defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
+
+
 def _solved_and_untouched(folder: Path, n: int) -> None:
-    solved = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
-    untouched = nbformat.read(ROOT / "exercises" / "ex01_residual.ipynb", as_version=4)
+    solved = _solved()
+    untouched = defs_only(nbformat.read(ROOT / "exercises" / "ex01_residual.ipynb", as_version=4))
     for i in range(n):
         nbformat.write(solved if i % 2 else untouched, folder / f"ex01_{i:02d}.ipynb")
 
@@ -37,8 +45,8 @@ def test_dask_local_cluster_gives_the_same_gradebook_as_the_local_pool(tmp_path)
     subs = tmp_path / "subs"
     subs.mkdir()
     _solved_and_untouched(subs, 2)
-    dead = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
-    dead.cells.insert(3, new_code_cell("import os\nos._exit(1)"))  # kills its kernel
+    dead = _solved()
+    dead.cells.insert(2, new_code_cell("import os\nos._exit(1)"))  # kills its kernel
     nbformat.write(dead, subs / "ex01_kills_kernel.ipynb")
     books = {}
     for how, kw in (("pool", {"workers": 2}), ("dask", {"scheduler": "local:2"})):
@@ -58,8 +66,8 @@ def test_dask_local_cluster_gives_the_same_gradebook_as_the_local_pool(tmp_path)
 def test_a_dask_worker_that_dies_costs_only_its_submission_a_retry(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
-    slow = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
-    slow.cells.insert(2, new_code_cell("import time\ntime.sleep(6)"))
+    slow = _solved()
+    slow.cells.insert(1, new_code_cell("import time\ntime.sleep(6)"))
     nbformat.write(slow, subs / "ex01_slow.ipynb")
     _solved_and_untouched(subs, 1)  # ex01_00: untouched
     cluster = distributed.LocalCluster(
@@ -113,8 +121,11 @@ def test_a_submission_whose_workers_die_every_retry_keeps_its_judged_checks(tmp_
 
     subs = tmp_path / "subs"
     subs.mkdir()
-    victim = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
-    victim.cells.insert(5, new_code_cell(SLOW_SAMPLER))  # after speculative_sample's cell
+    victim = _solved()
+    at = next(
+        i for i, c in enumerate(victim.cells) if c.source.startswith("def speculative_sample")
+    )
+    victim.cells.insert(at + 1, new_code_cell(SLOW_SAMPLER))  # after speculative_sample's cell
     nbformat.write(victim, subs / "ex01_victim.ipynb")
     _solved_and_untouched(subs, 2)  # ex01_00 untouched, ex01_01 solved: the classmates
     out: dict = {}

@@ -1,6 +1,7 @@
 """The attacks of issue 27 that need a kernel, through the real ``specdec-course grade``
-(bubblewrap, a cgroup where one can be made), in one run: each earns only what its honest
-part earns, is flagged where it copies or tampers, and harms no classmate.
+(bubblewrap, a cgroup where one can be made), in one run (the shared class of
+``tests/graded_class.py``, graded once per session): each earns only what its honest part
+earns, is flagged where it copies or tampers, and harms no classmate.
 
 - the references are not in the sandbox: importing one, by the public path or the judge's,
   fails there (and is flagged); the judge side's folder is empty and read-only;
@@ -33,24 +34,21 @@ part earns, is flagged where it copies or tampers, and harms no classmate.
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
-import csv
-import io
 import os
 from pathlib import Path
 
+import graded_class as graded_class_module
 import nbformat
 import pytest
+from graded_class import defs_only
 from nbformat.v4 import new_code_cell
 from test_judge_attacks import SCAN_ATTACKS
 
-from specdec_course import cli
 from specdec_course.grading.judge import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_BWRAP = sandbox.plan("weak").mode == "bwrap"
-MODE = "auto" if sandbox.CGroup.available() is not None else "weak"
 
 pytestmark = pytest.mark.skipif(
     not HAS_BWRAP, reason="bubblewrap cannot run here (apt-get install bubblewrap)"
@@ -282,34 +280,43 @@ ATTACKS = {
 }
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("submissions")
-    out = tmp_path_factory.mktemp("out")
+def submissions(folder: Path, out: Path) -> dict:
+    """This file's part of the shared class (tests/graded_class.py); nothing without
+    bubblewrap, where this file's tests are skipped."""
+    if not HAS_BWRAP:
+        return {"names": [], "files": 0}
     for name, (base, cells, _, _) in ATTACKS.items():
         nb = copy.deepcopy(nbformat.read(ROOT / base, as_version=4))
+        if base == "solutions/ex01_residual.ipynb":
+            # ex01's functions are all that these attacks and classmates need: its
+            # definitions only (the full solution is graded in test_grading_batch's part).
+            nb = defs_only(nb)
         nb.cells += [new_code_cell(c) for c in cells]
+        # Each is a notebook of its own: the grader flags byte-identical submissions as
+        # copies, and the shared class holds the same solutions in test_grading_batch's part.
+        nb.metadata["submission"] = name
         nbformat.write(nb, folder / f"{name}.ipynb")
     os.symlink(ROOT / "solutions" / "ex01_residual.ipynb", folder / "link_ex01.ipynb")
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        rc = cli.main([
-            "grade", str(folder), "--out", str(out / "grades.csv"), "--workers", "2",
-            "--cell-timeout", "30", "--notebook-timeout", "120", "--memory-mb", "3000",
-            "--seed", "27", "--sandbox", MODE,
-        ])  # fmt: skip
-    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
-        book = {Path(r["file"]).stem: r for r in csv.DictReader(f)}
-    with open(out / "grades.checks.csv", newline="", encoding="utf-8") as f:
-        checks: dict[str, dict[str, dict]] = {}
-        for r in csv.DictReader(f):
-            checks.setdefault(Path(r["file"]).stem, {})[r["check"]] = r
-    return {"rc": rc, "book": book, "checks": checks}
+    return {"names": [*ATTACKS, "link_ex01"], "files": len(ATTACKS) + 1}
+
+
+@pytest.fixture(scope="module")
+def run(graded_class):
+    book = {Path(r["file"]).stem: r for r in graded_class_module.book(graded_class)}
+    checks: dict[str, dict[str, dict]] = {}
+    for r in graded_class_module.check_rows(graded_class):
+        checks.setdefault(Path(r["file"]).stem, {})[r["check"]] = r
+    return {
+        "rc": graded_class["rc"], "book": book, "checks": checks,
+        "names": set(graded_class["parts"]["test_judge_sandbox"]["names"]),
+        "files": graded_class_module.expected_files(graded_class),
+    }  # fmt: skip
 
 
 def test_the_run_grades_every_submission(run):
     assert run["rc"] == 0
-    assert set(run["book"]) == {*ATTACKS, "link_ex01"}
+    assert run["names"] == {*ATTACKS, "link_ex01"} and run["names"] <= set(run["book"])
+    assert len(run["book"]) == run["files"]  # the whole shared class, one row each
 
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
@@ -393,17 +400,20 @@ def test_weak_as_root_runs_kernels_under_their_own_uid(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox.CGroup, "available", classmethod(lambda cls: None))
     plan = sandbox.plan("weak")
     assert plan.own_uid and plan.mode == "bwrap" and "--unshare-user" not in plan.bwrap
-    nb = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)
+    # ex01's definitions only: the forks and the uid are what is checked, not the notebook.
+    solved = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
+    nbformat.write(solved, tmp_path / "classmate_ex01.ipynb")
+    nb = copy.deepcopy(solved)
     who = (
         "import os\n"
         f"assert os.getresuid() == ({sandbox.kernel_uid()},) * 3 and os.getgroups() == []\n"
         "assert open('/proc/self/status').read().split('CapEff:')[1].split()[0] == '0' * 16\n"
         "open(os.path.expanduser('~/x'), 'w').write('a home of its own')"
     )
-    nb.cells[3:3] = [new_code_cell(who), new_code_cell(FORKS)]
+    nb.cells[2:2] = [new_code_cell(who), new_code_cell(FORKS)]  # after setup and imports
     nbformat.write(nb, tmp_path / "forks_ex01.ipynb")
     rows = []
-    for path in (tmp_path / "forks_ex01.ipynb", ROOT / "solutions" / "ex01_residual.ipynb"):
+    for path in (tmp_path / "forks_ex01.ipynb", tmp_path / "classmate_ex01.ipynb"):
         (sub,) = collect([path])
         sub.exercise = "ex01"
         job = Job.for_submission(sub, cell_timeout=60, notebook_timeout=120, memory_mb=3000, seed=2)
