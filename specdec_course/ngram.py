@@ -149,6 +149,7 @@ class NgramDraft:
             self._build_tables()
         self._processed: OrderedDict = OrderedDict()
         self._next: dict[int, int] = {}  # (row, token) -> next row, filled as drafted
+        self._transitions: np.ndarray | None = None  # all of them at once (transitions())
         self.build_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------- distributions
@@ -413,25 +414,20 @@ class NgramDraft:
         with NumPy (a second or so, ~17 MB for the shipped tables). By the argument in
         ``_next_row``, the row after ``t`` depends on the row's own context (its longest seen
         suffix) and ``t`` alone. The last row is the empty context's (the unigram)."""
-        if getattr(self, "_transitions", None) is None:
+        if self._transitions is None:
             V, top = self.vocab_size, self.order - 1
+            lengths = [L for L, _, _ in self._index]  # the rows' order: longest contexts first
+            offsets = np.cumsum([0] + [len(index) for _, _, index in self._index])
             blocks = []
-            for L, _, _ in self._index:  # the rows' order: longest contexts first
+            for L in lengths:
                 ctx = self.levels[L].ctx
-                new_len = min(L + 1, top)
-                code = (
-                    (ctx[:, None] * V + np.arange(V)) % V**top
-                    if top
-                    else np.zeros((ctx.size, V), np.int64)
-                )
+                code = (ctx[:, None] * V + np.arange(V)) % max(V**top, 1)  # 0 for a unigram
                 out = np.full(code.shape, -1, dtype=np.int64)
-                offset = 0
-                for L2, _, index2 in self._index:
-                    if L2 <= new_len:
+                for L2, offset in zip(lengths, offsets):
+                    if L2 <= min(L + 1, top):  # the longest seen suffix of context + t
                         found, seen = self.levels[L2].find(code % V**L2)
                         take = seen & (out < 0)
                         out[take] = offset + found[take]
-                    offset += len(index2)
                 blocks.append(out.astype(np.int32))
             self._transitions = np.concatenate(blocks)
         return self._transitions

@@ -173,13 +173,11 @@ def batch_ceiling(batch: dict, calls: dict) -> dict:
         best = max(ceiling, key=ceiling.get)
         row = {"B": r["B"], "ceiling": ceiling, "best_k": int(best), "best_ceiling": ceiling[best]}
         if "steady_per_call_s" in r:
+            split = r["steady_per_call_s"]
             inner = {
                 str(k): theory.expected_tokens(r["alpha"], k)
                 * r["plain_step_s"]
-                / (
-                    r["steady_per_call_s"][str(k)]["draft"]
-                    + r["steady_per_call_s"][str(k)]["target"]
-                )
+                / (split[str(k)]["draft"] + split[str(k)]["target"])
                 for k in batch["ks"]
             }
             row["ceiling_in_loop"] = inner
