@@ -401,23 +401,23 @@ def test_measure_batch_keeps_each_rounds_spread_and_runs_small_batches_longer():
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0, 0.7])
 def test_the_ngram_proposal_over_many_rows_makes_the_per_row_draws(tiny_table, temperature):
-    # From ngram._VECTOR_ROWS rows on, propose_rows walks the row transitions in NumPy; below,
+    # From _VECTOR_ROWS rows on, propose_rows walks the row transitions in NumPy; below,
     # it looks rows up one at a time. Both must make the same draws from the same uniforms,
     # rows with fewer characters than the context included (n = 1).
     import numpy as np
 
-    from specdec_course import ngram
+    from specdec_course.ngram.draft import _VECTOR_ROWS
     from specdec_course.sampling import SamplingOptions
 
     smp = SamplingOptions(temperature)
     rng = np.random.default_rng(1)
-    B, K = 4 * ngram._VECTOR_ROWS, 5
+    B, K = 4 * _VECTOR_ROWS, 5
     ids = rng.integers(0, 3, (B, 12))
     n = rng.integers(1, 12, B)
     u = None if smp.greedy else rng.random((B, K))
     toks, rows = np.empty((B, K), np.int64), np.empty((B, K), np.int64)
     tiny_table.propose_rows(smp, ids, n, K, u, toks, rows)
-    step = ngram._VECTOR_ROWS - 1  # chunks small enough for the per-row path
+    step = _VECTOR_ROWS - 1  # chunks small enough for the per-row path
     for lo in range(0, B, step):
         sl = slice(lo, lo + step)
         t1, r1 = np.empty_like(toks[sl]), np.empty_like(rows[sl])

@@ -268,7 +268,7 @@ def speculative_generate_batch(
         # --- draft: K steps for every row; the first feeds the last two committed tokens
         t0 = clock() if clock else 0.0
         G, U, E = (None, None, None) if greedy else noise.next()
-        if table:  # per row, table look-ups (NumPy over the rows from ngram._VECTOR_ROWS)
+        if table:  # per row, table look-ups (NumPy over the rows from ngram.draft._VECTOR_ROWS)
             draft.propose_rows(smp, out_h, n_h, K, None if greedy else G, d_toks, d_rows)
             feed_h[0] = out_h[rows[:, 0], n_h - 1]
             feed_h[1 : K + 1] = d_toks[:, :K].T

@@ -1,26 +1,5 @@
-"""A draft that costs nothing: a character n-gram model counted from the training text.
-
-An ``order``-gram predicts the next character from the ``order - 1`` before it. Counts come
-from the corpus's training split only (never validation), smoothed by interpolated absolute
-discounting (Ney, Essen & Kneser 1994): with ``c(h, w)`` the count of character ``w`` after
-the context ``h``, ``c(h)`` their sum and ``N1(h)`` the number of distinct ``w`` seen after
-``h``,
-
-    P(w | h) = max(c(h, w) - D, 0) / c(h)  +  D * N1(h) / c(h) * P(w | h')
-
-where ``h'`` drops the oldest character of ``h``; the recursion ends at the unigram,
-interpolated the same way with the uniform distribution, so every character has mass. A
-context never seen in training backs off to its longest seen suffix. Every distribution is
-rounded to multiples of 2^-24 that sum to exactly 1 (``stats.round_probs``), so that the
-``q`` the draft reports is, to the bit, the distribution it samples from (exact in float32,
-exactly summed in any order): sampled speculation stays lossless.
-
-As a proposer (``decoding.speculative_generate(target, NgramDraft(), ...)``) a drafted token
-costs a dictionary look-up and a binary search over a precomputed cumulative row: about a
-microsecond, against hundreds for a model step. ``NgramDraft()`` with no arguments is the
-default: the order and discount chosen by measured acceptance against the shipped target on
-validation text (``order_sweep``; lesson 07).
-"""
+"""``NgramDraft``: the counted n-gram as tables and as a proposer (the package docstring
+has the model)."""
 
 from __future__ import annotations
 
@@ -32,21 +11,15 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from . import data as D
-from ._validate import check_ids, check_int, check_real
-from .devices import DeviceLike
-from .devices import device as pick_device
-from .sampling import SamplingOptions, process_logits
-from .stats import round_probs
+from .. import data as D
+from .._validate import check_ids, check_int, check_real
+from ..devices import DeviceLike
+from ..devices import device as pick_device
+from ..sampling import SamplingOptions, process_logits
+from ..stats import round_probs
+from .counts import _Level
 
-__all__ = [
-    "DEFAULT_ORDER",
-    "DEFAULT_DISCOUNT",
-    "NgramDraft",
-    "find_sorted",
-    "measure_alpha",
-    "order_sweep",
-]
+__all__ = ["DEFAULT_ORDER", "DEFAULT_DISCOUNT", "NgramDraft"]
 
 # Chosen by order_sweep on the shipped target (temperature 1, 32 validation windows):
 # order 5 has the highest acceptance (0.78; 0.76 at order 4, 0.75 at 6): longer contexts are
@@ -56,47 +29,6 @@ DEFAULT_DISCOUNT = 0.9
 _PROCESSED_CACHE = 2  # sampling settings whose processed tables are kept (50 MB each)
 _NEXT_CACHE = 1 << 18  # memoized row transitions kept (about 25 MB at most)
 _VECTOR_ROWS = 16  # propose_rows goes NumPy over the rows from this batch size on
-
-
-def find_sorted(keys: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row of each of ``codes`` in the sorted, non-empty ``keys``, and whether it is there
-    (where it is not, the row is a neighbour's: read it only where found)."""
-    rows = np.minimum(np.searchsorted(keys, codes), keys.size - 1)
-    return rows, keys[rows] == codes
-
-
-class _Level:
-    """Counts of one context length ``L``: sorted context codes and a CSR row of children."""
-
-    def __init__(self, ids: np.ndarray, L: int, V: int):
-        n = ids.size
-        code = np.zeros(n - L, dtype=np.int64)  # context of position i (predicting ids[i])
-        for j in range(1, L + 1):  # most recent character least significant
-            code += ids[L - j : n - j] * V ** (j - 1)
-        full = code * V + ids[L:]
-        keys, counts = np.unique(full, return_counts=True)
-        ctx, start = np.unique(keys // V, return_index=True)
-        self.L, self.V = L, V
-        self.ctx = ctx  # sorted context codes
-        self.indptr = np.append(start, keys.size)
-        self.child = (keys % V).astype(np.int64)
-        self.count = counts.astype(np.float64)
-        self.total = np.add.reduceat(self.count, start)  # c(h)
-        self.distinct = np.diff(self.indptr).astype(np.float64)  # N1(h)
-
-    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Row of each context code, and whether it was seen."""
-        return find_sorted(self.ctx, codes)
-
-    def dense_counts(self, rows: np.ndarray) -> np.ndarray:
-        """``c(h, w)`` for the given rows as a dense ``[len(rows), V]`` array."""
-        starts, ends = self.indptr[rows], self.indptr[rows + 1]
-        lens = ends - starts
-        which = np.repeat(np.arange(rows.size), lens)
-        flat = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
-        out = np.zeros((rows.size, self.V))
-        out[which, self.child[flat]] = self.count[flat]
-        return out
 
 
 class NgramDraft:
@@ -442,68 +374,3 @@ class NgramDraft:
             f"NgramDraft(order={self.order}, discount={self.discount}, "
             f"{self.contexts:,} contexts, {self.trained_on:,} training characters)"
         )
-
-
-def _target_probs(target, ids: torch.Tensor, n_windows: int, temperature: float):
-    x, _ = D.eval_windows(ids, target.config.block_size, n_windows)
-    with torch.inference_mode():
-        return x, process_logits(target(x), temperature).double()  # [N, T, V]
-
-
-def _alpha(draft: NgramDraft, x: torch.Tensor, P: torch.Tensor, temperature: float) -> float:
-    L = draft.order - 1
-    if L:  # position t predicts x[t + 1] from x[t - L + 1 .. t]: needs t >= L - 1
-        q = draft.batch_probs(x.unfold(1, L, 1).reshape(-1, L))
-        p = P[:, L - 1 :].reshape(-1, P.shape[-1])
-    else:
-        q = draft.probs([]).expand(x.numel(), -1)
-        p = P.reshape(-1, P.shape[-1])
-    if temperature != 1.0:
-        q = process_logits(q.clamp_min(1e-300).log().float(), temperature).double()
-    return torch.minimum(p, q).sum(-1).mean().item()
-
-
-def measure_alpha(
-    target, draft: NgramDraft, ids: torch.Tensor, *, n_windows: int = 32, temperature=1.0
-) -> float:
-    """Mean ``sum(min(p, q))`` over the positions of ``n_windows`` windows of ``ids``.
-
-    ``p`` is the target's next-character distribution after the window's prefix, ``q`` the
-    n-gram's after the same prefix (its last ``order - 1`` characters), both processed with
-    ``temperature`` (0: one-hot argmaxes, alpha = agreement). The first ``order - 2``
-    positions of each window, whose context is shorter than the n-gram's, are left out.
-    """
-    x, P = _target_probs(target, ids, n_windows, temperature)
-    return _alpha(draft, x, P, temperature)
-
-
-def order_sweep(
-    target,
-    orders=range(1, 9),
-    discounts=(DEFAULT_DISCOUNT,),
-    *,
-    n_windows: int = 32,
-    temperature: float = 1.0,
-) -> list[dict]:
-    """Acceptance against ``target`` on validation text for each order and discount.
-
-    Each n-gram counts the training split (counts only, no drafting tables); alpha is
-    measured on ``n_windows`` validation windows, the target's distributions computed once.
-    Returns rows ``{"order", "discount", "alpha", "contexts", "build_s"}``.
-    """
-    train_ids, val_ids = D.corpus_split()
-    x, P = _target_probs(target, val_ids, n_windows, temperature)
-    rows = []
-    for order in orders:
-        for d in discounts:
-            ng = NgramDraft(order, d, ids=train_ids, tables=False)
-            rows.append(
-                {
-                    "order": order,
-                    "discount": d,
-                    "alpha": _alpha(ng, x, P, temperature),
-                    "contexts": ng.contexts,
-                    "build_s": ng.build_seconds,
-                }
-            )
-    return rows
