@@ -61,6 +61,14 @@ def defs_only(nb, extra_after_first_def=None):
     return out
 
 
+def ex01_defs(folder: str = "solutions"):
+    """ex01's notebook from ``folder`` ("solutions" or "exercises"), definitions only."""
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    return defs_only(nbformat.read(root / folder / "ex01_residual.ipynb", as_version=4))
+
+
 def digest_folder(folder: Path) -> dict[str, str]:
     """sha256 of every regular file under ``folder``, by relative path."""
     return {

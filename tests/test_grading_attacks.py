@@ -26,7 +26,7 @@ from pathlib import Path
 import graded_class as graded_class_module
 import nbformat
 import pytest
-from graded_class import defs_only
+from graded_class import ex01_defs
 from nbformat.v4 import new_code_cell
 
 from specdec_course import cli
@@ -249,8 +249,7 @@ def submissions(folder: Path, out: Path) -> dict:
     functions, on its definitions only (the stub's or the solution's: no demonstration or
     inline check runs around them), the honest classmates, and three entries that are not
     regular files."""
-    sol = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
-    stub = defs_only(nbformat.read(ROOT / "exercises" / "ex01_residual.ipynb", as_version=4))
+    sol, stub = ex01_defs("solutions"), ex01_defs("exercises")
     grades = out / "grades.csv"
     victim = folder / "kill_victim_ex01.ipynb"
     graded = {}
@@ -478,7 +477,7 @@ def test_without_a_sandbox_the_grader_warns_and_leaves_nothing_running(tmp_path)
     # --sandbox off stands for a machine without bubblewrap: the grade is the same, the
     # summary says loudly that there was no sandbox, and a daemon that left the kernel's
     # process group is still found (the judge is a subreaper) and killed.
-    sol = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
+    sol = ex01_defs("solutions")
     marker = "47.1623"
     daemon = DAEMON.format(out=str(tmp_path / "nothing"), marker=marker)
     nbformat.write(_with_cell(sol, daemon), tmp_path / "daemon_ex01.ipynb")

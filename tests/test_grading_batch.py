@@ -25,7 +25,6 @@ from specdec_course.grading.judge import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMORY_MB = graded_class_module.MEMORY_MB
-_defs_only = defs_only
 
 
 def _read(kind: str, name: str):
@@ -58,8 +57,8 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
         "ex09_untouched": _read("exercises", "ex09_ngram_proposer.ipynb"),
         "ex10_solved": _read("solutions", "ex10_block_thresholds.ipynb"),
         "ex10_untouched": _read("exercises", "ex10_block_thresholds.ipynb"),
-        "ex01_infinite_loop": _defs_only(sol1, [new_code_cell("while True:\n    pass")]),
-        "ex01_ignores_interrupt": _defs_only(
+        "ex01_infinite_loop": defs_only(sol1, [new_code_cell("while True:\n    pass")]),
+        "ex01_ignores_interrupt": defs_only(
             sol1,
             [
                 new_code_cell(
@@ -69,11 +68,11 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
                 )
             ],
         ),
-        "ex01_raises": _defs_only(sol1, [new_code_cell("raise RuntimeError('half done')")]),
-        "ex01_kernel_dies": _defs_only(sol1, [new_code_cell("import os\nos._exit(1)")]),
+        "ex01_raises": defs_only(sol1, [new_code_cell("raise RuntimeError('half done')")]),
+        "ex01_kernel_dies": defs_only(sol1, [new_code_cell("import os\nos._exit(1)")]),
     }
     # A cell and a (redefined, last) function that both allocate past the memory cap.
-    hog = _defs_only(
+    hog = defs_only(
         sol1, [new_code_cell("hog = [bytearray(50 * 2**20) for _ in range(120)]  # 6 GB")]
     )
     hog.cells.append(
@@ -84,7 +83,7 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
     )
     subs["ex01_memory_hog"] = hog
 
-    broken = _defs_only(sol1)
+    broken = defs_only(sol1)
     first_def = next(c for c in broken.cells if "def residual_distribution" in c.source)
     first_def.source = first_def.source.replace("def residual_distribution(", "def residual(", 1)
     first_def.source = first_def.source.replace(") -> torch.Tensor:", ") torch.Tensor:", 1)
@@ -92,7 +91,7 @@ def _make_submissions(folder: Path) -> dict[str, Path]:
 
     # Cells deleted, reordered (definitions last-first), one duplicated with a wrong version
     # first: the grade depends only on the functions defined at the end.
-    shuffled = _defs_only(sol1)
+    shuffled = defs_only(sol1)
     defs = [c for c in shuffled.cells if c.source.lstrip().startswith("def ")]
     wrong = new_code_cell("def residual_distribution(p, q):\n    return p")
     shuffled.cells = shuffled.cells[:2] + [wrong] + defs[::-1]

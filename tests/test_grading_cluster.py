@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from graded_class import defs_only
+from graded_class import ex01_defs
 from nbformat.v4 import new_code_cell
 
 from specdec_course.grading.judge import batch
@@ -31,12 +31,12 @@ LIMITS = dict(cell_timeout=30, notebook_timeout=90, memory_mb=3000, progress=Fal
 
 def _solved() -> nbformat.NotebookNode:
     """ex01's solution, definitions only: setup, imports, then its three functions."""
-    return defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
+    return ex01_defs("solutions")
 
 
 def _solved_and_untouched(folder: Path, n: int) -> None:
     solved = _solved()
-    untouched = defs_only(nbformat.read(ROOT / "exercises" / "ex01_residual.ipynb", as_version=4))
+    untouched = ex01_defs("exercises")
     for i in range(n):
         nbformat.write(solved if i % 2 else untouched, folder / f"ex01_{i:02d}.ipynb")
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import graded_class as graded_class_module
 import nbformat
 import pytest
-from graded_class import defs_only
+from graded_class import defs_only, ex01_defs
 from nbformat.v4 import new_code_cell
 from test_judge_attacks import SCAN_ATTACKS
 
@@ -401,7 +401,7 @@ def test_weak_as_root_runs_kernels_under_their_own_uid(monkeypatch, tmp_path):
     plan = sandbox.plan("weak")
     assert plan.own_uid and plan.mode == "bwrap" and "--unshare-user" not in plan.bwrap
     # ex01's definitions only: the forks and the uid are what is checked, not the notebook.
-    solved = defs_only(nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4))
+    solved = ex01_defs("solutions")
     nbformat.write(solved, tmp_path / "classmate_ex01.ipynb")
     nb = copy.deepcopy(solved)
     who = (
