@@ -1,7 +1,10 @@
-"""The EAGLE-style draft against the 1-layer draft model on the CPU (``bench eagle``; lesson 09).
+"""The EAGLE-style drafts against the 1-layer draft model on the CPU (``bench eagle``; lesson 09).
 
-Both drafts run through ``measure_speedup`` (round-robin with plain decoding, the same
-prompts and seeds, one thread) at temperature 1 and 0, for ``k = 1 .. 8``. For each draft
+The feature-level draft (``eagle.EagleDraft``, ``"eagle"``) and the fused one (the draft
+model with a head that reads the target's feature, ``eagle.fused``, ``"fused"``) run beside
+the draft model (``"draft"``). All three run through ``measure_speedup`` (round-robin with
+plain decoding, the same prompts and seeds, one thread) at temperature 1 and 0, for ``k =
+1 .. 8``. For each draft
 and temperature the record keeps every ``k``'s acceptance and measured speedup, and the best
 ``k``. The machine's load average is recorded before and after: the ratios are taken within
 seconds of each other, so a loaded machine slows every method alike, but not exactly.
@@ -31,7 +34,8 @@ COMMAND = "specdec-course bench eagle"
 def measure_eagle(
     *, temperatures=(1.0, 0.0), ks=EAGLE_KS, repeats: int = 3, max_new_tokens: int = 200
 ) -> dict:
-    """The shipped target with the shipped draft model and the shipped EAGLE draft.
+    """The shipped target with the shipped draft model, the shipped EAGLE draft and the
+    shipped fused draft (the draft model with ``fused.pt``'s head).
 
     Returns ``{"load_before", "load_after", "threads", "runs": [{"temperature", "methods":
     {name: {"rows": [{"k", "alpha", "c", "measured_speedup", "tokens_per_target_call"}],
@@ -39,13 +43,14 @@ def measure_eagle(
     a drafted token's cost in plain decoding's tokens, as in ``measure_speedup``)."""
     check_run(temperatures=temperatures, ks=ks, repeats=repeats, max_new_tokens=max_new_tokens)
     from ..data import CharTokenizer
-    from ..eagle import EagleProposer, load_eagle
+    from ..eagle import EagleProposer, FusedProposer, load_eagle, load_fused
     from ..model import load_pretrained
 
-    target = load_pretrained("target")
+    target, draft = load_pretrained("target"), load_pretrained("draft")
     drafts = {
-        "draft": load_pretrained("draft"),
+        "draft": draft,
         "eagle": EagleProposer(load_eagle(target=target), target),
+        "fused": FusedProposer(load_fused(draft=draft, target=target), draft, target),
     }
     prompts = validation_prompts(CharTokenizer(target.vocab))
     record = {"load_before": os.getloadavg()[0], "threads": torch.get_num_threads(), "runs": []}

@@ -33,11 +33,12 @@ def add_parser(sub) -> None:
         "  distilled  the n-gram table distilled from the target (lesson 07), k = 1 ... 8\n"
         "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06)\n"
         "  eagle      the EAGLE-style draft over the target's features (lesson 09), k = 1 ... 8\n"
-        "  all        all five",
+        "  fused      the draft model with a head reading the target's feature (lesson 09)\n"
+        "  all        all six",
     )
     s.add_argument(
         "--method",
-        choices=["draft", "ngram", "distilled", "medusa", "eagle", "all"],
+        choices=["draft", "ngram", "distilled", "medusa", "eagle", "fused", "all"],
         default="all",
         help="which speculative methods to measure against plain decoding",
     )
@@ -262,19 +263,19 @@ def _speedup(args) -> int:
     torch.set_num_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
-    wanted = {"all": ("draft", "ngram", "distilled", "medusa", "eagle")}.get(
+    wanted = {"all": ("draft", "ngram", "distilled", "medusa", "eagle", "fused")}.get(
         args.method, (args.method,)
     )
-    if args.target_executor == "numpy" and {"medusa", "eagle"} & set(wanted):
-        # Both read the target's hidden states (LeanStep.hidden), which are tensor ops.
-        if args.method in ("medusa", "eagle"):
+    if args.target_executor == "numpy" and {"medusa", "eagle", "fused"} & set(wanted):
+        # They read the target's hidden states (LeanStep.hidden), which are tensor ops.
+        if args.method in ("medusa", "eagle", "fused"):
             raise ValueError(
                 f"--target-executor numpy times chain drafts only: {args.method}'s target "
                 "calls read hidden states as tensor ops (LeanStep.hidden); measure it with "
                 "the torch executor"
             )
-        wanted = tuple(m for m in wanted if m not in ("medusa", "eagle"))
-        print("--target-executor numpy: Medusa and EAGLE left out (their target calls read")
+        wanted = tuple(m for m in wanted if m not in ("medusa", "eagle", "fused"))
+        print("--target-executor numpy: Medusa, EAGLE and fused left out (their target calls read")
         print("  hidden states as tensor ops)")
     drafts = {}
     if "draft" in wanted:
@@ -291,6 +292,11 @@ def _speedup(args) -> int:
         from ..eagle import EagleProposer, load_eagle
 
         drafts["eagle"] = EagleProposer(load_eagle(target=target), target)
+    if "fused" in wanted:
+        from ..eagle import FusedProposer, load_fused
+
+        model = drafts.get("draft") or load_pretrained("draft")
+        drafts["fused"] = FusedProposer(load_fused(draft=model, target=target), model, target)
     heads = None
     if "medusa" in wanted:
         from ..medusa import load_heads
@@ -335,7 +341,7 @@ def _speedup(args) -> int:
 
 
 def _eagle(args) -> int:
-    """The EAGLE-style draft against the draft model at temperature 1 and 0 (lesson 09)."""
+    """The EAGLE-style drafts against the draft model at temperature 1 and 0 (lesson 09)."""
     from .. import bench
 
     torch.set_num_threads(1)

@@ -15,9 +15,10 @@ METHODS = {
     "ngram": "a counted character n-gram proposes --k characters (costs almost nothing)",
     "distilled": "the n-gram table distilled from the target proposes --k characters",
     "eagle": "an EAGLE-style layer over the target's features proposes --k characters",
+    "fused": "the draft model, corrected by a head reading the target's feature, proposes --k",
     "medusa": "Medusa heads on the target propose a tree of candidates",
 }
-DRAFTING = ("speculative", "ngram", "distilled", "eagle")  # the methods --k applies to
+DRAFTING = ("speculative", "ngram", "distilled", "eagle", "fused")  # the methods --k applies to
 DEFAULT_K = 4  # speculative_generate's default: used when no stored bench says better
 COMPARE_REPEATS = 5
 
@@ -187,6 +188,11 @@ def run(args) -> int:
         from ..eagle import EagleProposer, load_eagle
 
         draft = EagleProposer(load_eagle(target=target), target)
+    elif args.method == "fused":
+        from ..eagle import FusedProposer, load_fused
+
+        model = load_pretrained("draft")
+        draft = FusedProposer(load_fused(draft=model, target=target), model, target)
     elif args.method == "medusa":
         from ..medusa import bench_trees, load_heads, medusa_generate
 

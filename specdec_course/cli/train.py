@@ -1,4 +1,4 @@
-"""``specdec-course train --preset target|draft|medusa|eagle|ngram``: rebuild a shipped file."""
+"""``specdec-course train --preset target|draft|medusa|eagle|fused|ngram``: rebuild a file."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ import torch
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "train",
-        help="train a preset (target, draft, medusa, eagle, ngram)",
+        help="train a preset (target, draft, medusa, eagle, fused, ngram)",
         description="Rebuild a shipped checkpoint on the CPU: the 4-layer target, the 1-layer "
         "draft (then distilled from the target with --init-from and --distill-from), or the "
-        "Medusa heads or the EAGLE-style draft on the frozen shipped target, or the n-gram "
+        "Medusa heads or the EAGLE-style draft on the frozen shipped target, the fused draft's "
+        "head on the frozen draft model and target, or the n-gram "
         "table distilled from it (one forward pass over the training split). data/README.md "
         "gives the commands, their wall times and the figures they reach.",
     )
     p.add_argument(
         "--preset",
         required=True,
-        choices=["target", "draft", "medusa", "eagle", "ngram"],
+        choices=["target", "draft", "medusa", "eagle", "fused", "ngram"],
         help="what to train",
     )
     p.add_argument(
@@ -60,7 +61,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
-    if args.preset in ("medusa", "eagle", "ngram"):
+    if args.preset in ("medusa", "eagle", "fused", "ngram"):
         _no_model_options(args)
     if args.preset == "ngram":
         return _distil_ngram(args)
@@ -68,6 +69,8 @@ def run(args) -> int:
         return _train_medusa(args)
     if args.preset == "eagle":
         return _train_eagle(args)
+    if args.preset == "fused":
+        return _train_fused(args)
     from ..train import train_preset
 
     out, meta = train_preset(
@@ -156,5 +159,17 @@ def _distil_ngram(args) -> int:
     print(
         f"ngram: order {draft.order}, {m['contexts']:,} contexts distilled from "
         f"{m['positions']:,} training positions in {m['distil_seconds']:.1f} s -> {out}"
+    )
+    return 0
+
+
+def _train_fused(args) -> int:
+    from ..eagle import train_shipped_fused
+
+    out, meta = train_shipped_fused(steps=args.steps, seed=args.seed, out=args.out)
+    print(
+        f"fused: {meta['params']:,} parameters, {meta['settings']['steps']} steps in "
+        f"{meta['train_seconds']:.1f} s, alpha vs target {meta['alpha_vs_target']:.4f} "
+        f"(the draft model alone: {meta['draft_alpha_by_depth'][0]:.4f}) -> {out}"
     )
     return 0

@@ -17,6 +17,17 @@ target's features through the loop's ``observe_target`` hook) and ``training`` (
 """
 
 from .draft import EagleDraft, EagleProposer, check_eagle
+from .fused import HEAD_DEPTHS, FusedHead, FusedProposer, check_fused
+from .fused_training import (
+    FUSED_COMMAND,
+    FUSED_SHIPPED,
+    fused_alpha_by_depth,
+    fused_data,
+    load_fused,
+    save_fused,
+    train_fused,
+    train_shipped_fused,
+)
 from .training import (
     REBUILD_COMMAND,
     SHIPPED,
@@ -36,6 +47,18 @@ __all__ = [
     "EagleDraft",
     "EagleProposer",
     "check_eagle",
+    "HEAD_DEPTHS",
+    "FusedHead",
+    "FusedProposer",
+    "check_fused",
+    "FUSED_COMMAND",
+    "FUSED_SHIPPED",
+    "fused_alpha_by_depth",
+    "fused_data",
+    "load_fused",
+    "save_fused",
+    "train_fused",
+    "train_shipped_fused",
     "REBUILD_COMMAND",
     "SHIPPED",
     "collect_features",

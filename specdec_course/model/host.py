@@ -265,7 +265,8 @@ class HostFolded:
         self.f2w = _np(f2w)
         self.f2b = _np(f2b)
         w_t = folded.w_t.numpy()
-        self.head = _fold_norm(_np(folded.lnf_w), _np(folded.lnf_b), w_t, 0 * w_t[0])
+        self.lnf = (_np(folded.lnf_w), _np(folded.lnf_b))  # for heads on the hidden state
+        self.head = _fold_norm(*self.lnf, w_t, 0 * w_t[0])
         self.norm = _Norm(C, dt)
         S = folded.config.block_size
         self.qb = np.zeros((C, nh), dt)  # the query, block-diagonal: head h in column h
@@ -292,9 +293,18 @@ class HostFolded:
         cache.length = L + 1
 
     def step(self, t: int, cache, out) -> None:
-        C, nh = self.C, self.nh
         if isinstance(out, torch.Tensor):
             out = out.numpy()[0]
+        d, r = self.norm.one(self.residual(t, cache))
+        W, c = self.head
+        np.dot(d, W, out=out)
+        out *= r
+        out += c
+
+    def residual(self, t: int, cache):
+        """Extend ``cache`` by the token ``t``; return the residual stream after the layer
+        (``[C]``, a new array, before the final LayerNorm): ``step`` without the head."""
+        C, nh = self.C, self.nh
         L = cache.length
         end = L + 1
         i = L * self.V + t
@@ -321,9 +331,5 @@ class HostFolded:
         g += u
         x += g @ self.f2w
         x += self.f2b
-        d, r = self.norm.one(x)
-        W, c = self.head
-        np.dot(d, W, out=out)
-        out *= r
-        out += c
         cache.length = end
+        return x
