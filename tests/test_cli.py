@@ -101,7 +101,7 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
     assert data["command"].startswith("specdec-course bench speedup")
     res = data["results"][0]
     assert res["temperature"] == 0.0
-    assert set(res["methods"]) == {"draft", "ngram", "distilled", "eagle"}
+    assert set(res["methods"]) == {"draft", "ngram", "distilled", "eagle", "fused"}
     for rows in res["methods"].values():
         assert [r["k"] for r in rows] == [1, 2, 3, 4]
         for r in rows:
