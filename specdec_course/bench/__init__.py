@@ -7,7 +7,8 @@ the cost of one cached forward over 1 to 16 new tokens. ``bench.gpu``:
 both on a GPU in one check (``specdec-course bench gpu``), stored for machines without one.
 ``bench.beyond``: dynamic draft length and block verification, with ``bench.batch``'s
 batch-size regime.
-``bench.eagle``: the EAGLE-style draft against the draft model. ``bench.roofline``: a
+``bench.eagle``: the EAGLE-style drafts against the draft model (``bench.drafts`` loads the
+shipped drafts by name). ``bench.roofline``: a
 roofline *model* of a GPU call (bytes and flops at a named GPU's peaks) and the speedups it
 predicts per method (``bench.roofline_methods``), shown where no GPU record is stored.
 """
@@ -18,6 +19,8 @@ from .beyond import *  # noqa: F403
 from .beyond import __all__ as _beyond_all
 from .compare import *  # noqa: F403
 from .compare import __all__ as _compare_all
+from .drafts import *  # noqa: F403
+from .drafts import __all__ as _drafts_all
 from .eagle import *  # noqa: F403
 from .eagle import __all__ as _eagle_all
 from .forward import *  # noqa: F403
@@ -38,6 +41,7 @@ __all__ = [
     *_forward_all,
     *_speedup_all,
     *_compare_all,
+    *_drafts_all,
     *_gpu_all,
     *_batch_all,
     *_beyond_all,

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ._args import check_run
+from .drafts import load_drafts
 from .records import load_record, save_record
 from .speedup import best_row, measure_speedup, validation_prompts
 
@@ -43,15 +44,10 @@ def measure_eagle(
     a drafted token's cost in plain decoding's tokens, as in ``measure_speedup``)."""
     check_run(temperatures=temperatures, ks=ks, repeats=repeats, max_new_tokens=max_new_tokens)
     from ..data import CharTokenizer
-    from ..eagle import EagleProposer, FusedProposer, load_eagle, load_fused
     from ..model import load_pretrained
 
-    target, draft = load_pretrained("target"), load_pretrained("draft")
-    drafts = {
-        "draft": draft,
-        "eagle": EagleProposer(load_eagle(target=target), target),
-        "fused": FusedProposer(load_fused(draft=draft, target=target), draft, target),
-    }
+    target = load_pretrained("target")
+    drafts = load_drafts(target, ("draft", "eagle", "fused"))
     prompts = validation_prompts(CharTokenizer(target.vocab))
     record = {"load_before": os.getloadavg()[0], "threads": torch.get_num_threads(), "runs": []}
     for t in temperatures:

@@ -277,26 +277,7 @@ def _speedup(args) -> int:
         wanted = tuple(m for m in wanted if m not in ("medusa", "eagle", "fused"))
         print("--target-executor numpy: Medusa, EAGLE and fused left out (their target calls read")
         print("  hidden states as tensor ops)")
-    drafts = {}
-    if "draft" in wanted:
-        drafts["draft"] = load_pretrained("draft")
-    if "ngram" in wanted:
-        from ..ngram import NgramDraft
-
-        drafts["ngram"] = NgramDraft()
-    if "distilled" in wanted:
-        from ..distilled import load_distilled
-
-        drafts["distilled"] = load_distilled()
-    if "eagle" in wanted:
-        from ..eagle import EagleProposer, load_eagle
-
-        drafts["eagle"] = EagleProposer(load_eagle(target=target), target)
-    if "fused" in wanted:
-        from ..eagle import FusedProposer, load_fused
-
-        model = drafts.get("draft") or load_pretrained("draft")
-        drafts["fused"] = FusedProposer(load_fused(draft=model, target=target), model, target)
+    drafts = bench.load_drafts(target, [m for m in wanted if m != "medusa"])
     heads = None
     if "medusa" in wanted:
         from ..medusa import load_heads

@@ -173,26 +173,13 @@ def run(args) -> int:
     k = setting["k"]
     opts = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     draft = heads = None  # built before the clock starts: the timing is of decoding alone
-    if args.method == "ngram":
-        from ..ngram import NgramDraft
+    if args.method in DRAFTING:  # the shipped chain drafts (bench.load_drafts)
+        from ..bench import load_drafts
 
-        draft = NgramDraft()
-    elif args.method == "distilled":
-        from ..distilled import load_distilled
-
-        draft = load_distilled()
-    elif args.method == "speculative":
-        draft = load_pretrained("draft")
-        draft.draft_step()  # part of loading it: the first step would build it otherwise
-    elif args.method == "eagle":
-        from ..eagle import EagleProposer, load_eagle
-
-        draft = EagleProposer(load_eagle(target=target), target)
-    elif args.method == "fused":
-        from ..eagle import FusedProposer, load_fused
-
-        model = load_pretrained("draft")
-        draft = FusedProposer(load_fused(draft=model, target=target), model, target)
+        name = "draft" if args.method == "speculative" else args.method
+        draft = load_drafts(target, [name])[name]
+        if name == "draft":
+            draft.draft_step()  # part of loading it: the first step would build it otherwise
     elif args.method == "medusa":
         from ..medusa import bench_trees, load_heads, medusa_generate
 

@@ -135,7 +135,35 @@ def check_eagle(draft, target: CharGPT) -> EagleDraft:
     return draft
 
 
-class EagleProposer:
+class _TargetFeatures:
+    """The target's features as a feature-reading proposer holds them (``self.target``).
+
+    The loop passes them through :meth:`observe_target` after its prefill and each target
+    call; a proposer run alone, which nothing observed, computes the prompt's with one full
+    target forward at its first proposal (:meth:`_prompt_features`)."""
+
+    def _start_features(self, n: int) -> None:
+        cfg, w = self.target.config, self.target.lm_head.weight
+        self.feats = torch.empty(cfg.block_size, cfg.n_embd, dtype=w.dtype, device=w.device)
+        self._unseen = n > 1  # the prompt's features: the loop's prefill passes them
+
+    def observe_target(self, hidden: torch.Tensor, start: int) -> None:
+        """The target's features ``hidden [T, C]`` for positions ``start .. start + T - 1``.
+
+        Those below ``n - 1`` at the next ``commit(ids, n)`` belong to committed text and are
+        the only ones a later proposal reads; the rest scored drafts and are overwritten."""
+        self.feats[start : start + hidden.shape[0]] = hidden
+        if start == 0:
+            self._unseen = False
+
+    def _prompt_features(self, ids: torch.Tensor, n: int) -> None:
+        if self._unseen:  # run alone: no prefill passed the prompt's features
+            with torch.no_grad():  # also when called outside the loop's inference mode
+                self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
+            self._unseen = False
+
+
+class EagleProposer(_TargetFeatures):
     """An ``EagleDraft`` as a proposer: drafts in feature space, fed the target's features.
 
     The draft's cache holds pairs ``(f_t, x_{t+1})`` for ``t < m`` with ``m <= n - 1``, all
@@ -182,10 +210,7 @@ class EagleProposer:
         self.processed = sampling.changes_logits
         self.params = d.step_params()
         self.cache = d.new_cache()
-        self.feats = torch.empty(
-            d.config.block_size, d.config.n_embd, dtype=w.dtype, device=w.device
-        )
-        self._unseen = n > 1  # the prompt's features: the loop's prefill passes them
+        self._start_features(n)
         self.w_t = w.t()
         self.logits = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype, device=w.device)
         # The NumPy steps (eagle.host) on a CPU: weights folded once per generation.
@@ -201,24 +226,12 @@ class EagleProposer:
         )
         self.calls = 0
 
-    def observe_target(self, hidden: torch.Tensor, start: int) -> None:
-        """The target's features ``hidden [T, C]`` for positions ``start .. start + T - 1``.
-
-        Those below ``n - 1`` at the next ``commit(ids, n)`` belong to committed text and are
-        the only ones a later proposal reads; the rest scored drafts and are overwritten."""
-        self.feats[start : start + hidden.shape[0]] = hidden
-        if start == 0:
-            self._unseen = False
-
     def propose(
         self, ids: torch.Tensor, n: int, k: int, out: torch.Tensor
     ) -> tuple[int, torch.Tensor | None]:
         if n < 2:
             return 0, None
-        if self._unseen:  # run alone: no prefill passed the prompt's features
-            with torch.no_grad():  # also when called outside the loop's inference mode
-                self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
-            self._unseen = False
+        self._prompt_features(ids, n)
         noise = None if self.noise is None else self.noise.take(k)
         self.calls += 1
         if self.host is not None:

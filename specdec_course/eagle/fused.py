@@ -48,6 +48,7 @@ from ..decoding.proposer import draft_noise, softmax_rows
 from ..model import CharGPT, check_model
 from ..model.host import _fold_norm, _Norm, host_ok
 from ..sampling import SamplingOptions
+from .draft import _TargetFeatures
 
 __all__ = ["HEAD_DEPTHS", "FusedHead", "FusedProposer", "check_fused"]
 
@@ -210,7 +211,7 @@ class _HostHead:
         out += t[:V]
 
 
-class FusedProposer:
+class FusedProposer(_TargetFeatures):
     """A ``FusedHead`` over its draft model as a proposer for ``speculative_generate``.
 
     The draft model's cache and catch-up are ``decoding.ModelProposer``'s (a committed
@@ -268,9 +269,7 @@ class FusedProposer:
                 step.feed(ids[: n - 1], self.cache)
             else:
                 draft.hidden_states(ids[None, : n - 1], self.cache)
-        cfg = self.target.config
-        self.feats = torch.empty(cfg.block_size, cfg.n_embd, dtype=tw.dtype, device=tw.device)
-        self._unseen = n > 1
+        self._start_features(n)
         self._feats_np = self.feats.numpy() if self.host is not None else None
         V = self.vocab_size
         self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
@@ -285,13 +284,6 @@ class FusedProposer:
         )
         self.calls = 0
 
-    def observe_target(self, hidden: torch.Tensor, start: int) -> None:
-        """The target's features ``hidden [T, C]`` for positions ``start ..`` (as
-        ``EagleProposer.observe_target``)."""
-        self.feats[start : start + hidden.shape[0]] = hidden
-        if start == 0:
-            self._unseen = False
-
     def _terms(self, n: int, k: int) -> torch.Tensor:
         # The head's terms for drafts 1 .. k, from f_{n-2}: [k, V + rank].
         with torch.no_grad():
@@ -304,10 +296,7 @@ class FusedProposer:
     ) -> tuple[int, torch.Tensor | None]:
         if n < 2:
             return 0, None
-        if self._unseen:  # run alone: no prefill passed the prompt's features
-            with torch.no_grad():
-                self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
-            self._unseen = False
+        self._prompt_features(ids, n)
         noise = None if self.noise is None else self.noise.take(k)
         self.calls += 1
         cache = self.cache
