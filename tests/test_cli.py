@@ -101,7 +101,7 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
     assert data["command"].startswith("specdec-course bench speedup")
     res = data["results"][0]
     assert res["temperature"] == 0.0
-    assert set(res["methods"]) == {"draft", "ngram", "distilled", "eagle", "fused"}
+    assert set(res["methods"]) == {"draft", "ngram", "distilled", "eagle", "fused", "recurrent"}
     for rows in res["methods"].values():
         assert [r["k"] for r in rows] == [1, 2, 3, 4]
         for r in rows:
@@ -363,11 +363,11 @@ def test_generate_reads_the_nearest_stored_temperature_and_says_so(capsys):
 
 def test_generate_eagle_greedy_is_the_target_s_greedy_text(capsys):
     texts = []
-    for method in ("autoregressive", "eagle"):
+    for method in ("autoregressive", "eagle", "recurrent"):
         args = ["generate", "ROMEO:", "--method", method, "--temperature", "0"]
         assert cli.main([*args, "--max-new-tokens", "30"]) == 0
         texts.append(capsys.readouterr().out.split("-" * 60)[0])
-    assert texts[0] == texts[1]
+    assert texts[0] == texts[1] == texts[2]
 
 
 def test_stored_best_without_a_record_falls_back_to_the_default_k(capsys, monkeypatch):

@@ -23,7 +23,11 @@ CLI_METHOD = {
     "distilled": "distilled",
     "medusa": "medusa",
     "eagle": "eagle",  # bench speedup --method all measures it too
+    "fused": "fused",
+    "recurrent": "recurrent",
 }
+# The methods whose best setting is read from ``bench eagle``'s record.
+EAGLE_RECORD = ("eagle", "fused", "recurrent")
 # ... and back: the stored record's name for each ``generate --method``.
 BENCH_METHOD = {cli: bench for bench, cli in CLI_METHOD.items()}
 
@@ -100,8 +104,9 @@ def stored_best(method: str, temperature: float, *, speedup=None, eagle=None) ->
     """The best setting of ``generate --method`` in the stored CPU benches, for ``temperature``.
 
     ``method`` as ``generate`` names it (``"speculative"``, ``"ngram"``, ``"distilled"``,
-    ``"medusa"``, ``"eagle"``). The record read is ``speedup`` (default: the stored ``bench
-    speedup`` record, ``data/results/speedup_cpu.json``) or, for ``"eagle"``, ``eagle``
+    ``"medusa"``, ``"eagle"``, ``"fused"``, ``"recurrent"``). The record read is ``speedup``
+    (default: the stored ``bench speedup`` record, ``data/results/speedup_cpu.json``) or, for
+    the EAGLE-style drafts (``EAGLE_RECORD``), ``eagle``
     (default: ``data/results/eagle_cpu.json``). When the record has no run at
     ``temperature``, the run at the nearest stored temperature is used, and the answer says
     so. Returns ``{"method", "k" (None for Medusa), "tree" (Medusa only), "speedup"
@@ -116,7 +121,7 @@ def stored_best(method: str, temperature: float, *, speedup=None, eagle=None) ->
     check_real(temperature, "temperature", low=0.0)
     if method not in BENCH_METHOD:
         raise ValueError(f"method must be one of {sorted(BENCH_METHOD)}; got {method!r}")
-    if method == "eagle":
+    if method in EAGLE_RECORD:
         record, name = (eagle if eagle is not None else load_eagle_results()), RESULTS_FILE
         runs = record.get("runs", [])
     else:
@@ -126,7 +131,7 @@ def stored_best(method: str, temperature: float, *, speedup=None, eagle=None) ->
         raise ValueError(f"the stored record {name} holds no runs")
     run = min(runs, key=lambda r: (abs(r["temperature"] - temperature), r["temperature"]))
     key = BENCH_METHOD[method]
-    if method == "eagle":
+    if method in EAGLE_RECORD:
         best = run["methods"].get(key)
         if best is None:
             raise ValueError(f"the stored record {name} has no {key!r} rows")

@@ -5,14 +5,14 @@ from __future__ import annotations
 __all__ = ["CHAIN_DRAFTS", "load_drafts"]
 
 # Drafts that propose a chain of k tokens to speculative_generate (Medusa's trees are apart).
-CHAIN_DRAFTS = ("draft", "ngram", "distilled", "eagle", "fused")
+CHAIN_DRAFTS = ("draft", "ngram", "distilled", "eagle", "fused", "recurrent")
 
 
 def load_drafts(target, names) -> dict:
     """``{name: draft}`` for the shipped drafts ``names`` (a subset of ``CHAIN_DRAFTS``) of the
     shipped ``target``: the draft model (``"draft"``), the counted and the distilled n-gram
-    tables, and the EAGLE-style proposers (feature-level and fused, the fused one over the
-    same draft model). Raises ValueError for another name."""
+    tables, and the EAGLE-style proposers (feature-level, fused and recurrent, the fused one
+    over the same draft model). Raises ValueError for another name."""
     from ..model import load_pretrained
 
     unknown = [n for n in names if n not in CHAIN_DRAFTS]
@@ -36,6 +36,10 @@ def load_drafts(target, names) -> dict:
             from ..eagle import EagleProposer, load_eagle
 
             drafts[name] = EagleProposer(load_eagle(target=target), target)
+        elif name == "recurrent":
+            from ..eagle import RecurrentProposer, load_recurrent
+
+            drafts[name] = RecurrentProposer(load_recurrent(target=target), target)
         else:
             from ..eagle import FusedProposer, load_fused
 

@@ -1,10 +1,12 @@
 """The EAGLE-style drafts against the 1-layer draft model on the CPU (``bench eagle``; lesson 09).
 
-The feature-level draft (``eagle.EagleDraft``, ``"eagle"``) and the fused one (the draft
-model with a head that reads the target's feature, ``eagle.fused``, ``"fused"``) run beside
-the draft model (``"draft"``). All three run through ``measure_speedup`` (round-robin with
-plain decoding, the same prompts and seeds, one thread) at temperature 1 and 0, for ``k =
-1 .. 8``. For each draft
+The feature-level draft (``eagle.EagleDraft``, ``"eagle"``), the fused one (the draft
+model with a head that reads the target's feature, ``eagle.fused``, ``"fused"``) and the
+recurrent one (a cell started from the target's feature, ``eagle.recurrent``,
+``"recurrent"``) run beside the draft model (``"draft"``). All four run through
+``measure_speedup`` (round-robin with plain decoding, the same prompts and seeds, one
+thread) at temperature 1 and 0, for ``k = 1 .. 16`` (the recurrent draft's tokens cost
+about half the draft model's, so its best k lies past the draft model's). For each draft
 and temperature the record keeps every ``k``'s acceptance and measured speedup, and the best
 ``k``. The machine's load average is recorded before and after: the ratios are taken within
 seconds of each other, so a loaded machine slows every method alike, but not exactly.
@@ -27,16 +29,17 @@ from .speedup import best_row, measure_speedup, validation_prompts
 
 __all__ = ["EAGLE_KS", "measure_eagle", "save_eagle_results", "load_eagle_results"]
 
-EAGLE_KS = tuple(range(1, 9))
+EAGLE_KS = tuple(range(1, 17))
 RESULTS_FILE = "eagle_cpu.json"
 COMMAND = "specdec-course bench eagle"
 
 
 def measure_eagle(
-    *, temperatures=(1.0, 0.0), ks=EAGLE_KS, repeats: int = 3, max_new_tokens: int = 200
+    *, temperatures=(1.0, 0.0), ks=EAGLE_KS, repeats: int = 5, max_new_tokens: int = 200
 ) -> dict:
-    """The shipped target with the shipped draft model, the shipped EAGLE draft and the
-    shipped fused draft (the draft model with ``fused.pt``'s head).
+    """The shipped target with the shipped draft model, the shipped EAGLE draft, the
+    shipped fused draft (the draft model with ``fused.pt``'s head) and the shipped
+    recurrent draft.
 
     Returns ``{"load_before", "load_after", "threads", "runs": [{"temperature", "methods":
     {name: {"rows": [{"k", "alpha", "c", "measured_speedup", "tokens_per_target_call"}],
@@ -47,7 +50,7 @@ def measure_eagle(
     from ..model import load_pretrained
 
     target = load_pretrained("target")
-    drafts = load_drafts(target, ("draft", "eagle", "fused"))
+    drafts = load_drafts(target, ("draft", "eagle", "fused", "recurrent"))
     prompts = validation_prompts(CharTokenizer(target.vocab))
     record = {"load_before": os.getloadavg()[0], "threads": torch.get_num_threads(), "runs": []}
     for t in temperatures:

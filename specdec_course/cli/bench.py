@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import torch
 
+# The drafts that read the target's features (lesson 09).
+FEATURE_READERS = ("eagle", "fused", "recurrent")
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -34,11 +37,12 @@ def add_parser(sub) -> None:
         "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06)\n"
         "  eagle      the EAGLE-style draft over the target's features (lesson 09), k = 1 ... 8\n"
         "  fused      the draft model with a head reading the target's feature (lesson 09)\n"
-        "  all        all six",
+        "  recurrent  the recurrent EAGLE-style draft over the target's feature (lesson 09)\n"
+        "  all        all seven",
     )
     s.add_argument(
         "--method",
-        choices=["draft", "ngram", "distilled", "medusa", "eagle", "fused", "all"],
+        choices=["draft", "ngram", "distilled", "medusa", "eagle", "fused", "recurrent", "all"],
         default="all",
         help="which speculative methods to measure against plain decoding",
     )
@@ -132,7 +136,7 @@ def add_parser(sub) -> None:
         default=None,
         help="measure at this temperature only (default: 1, then 0)",
     )
-    e.add_argument("--repeats", type=int, default=None, help="round-robin repeats (default: 3)")
+    e.add_argument("--repeats", type=int, default=None, help="round-robin repeats (default: 5)")
     e.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
     e.set_defaults(run=run)
     _add_roofline(what)
@@ -263,20 +267,20 @@ def _speedup(args) -> int:
     torch.set_num_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
-    wanted = {"all": ("draft", "ngram", "distilled", "medusa", "eagle", "fused")}.get(
+    wanted = {"all": ("draft", "ngram", "distilled", "medusa", *FEATURE_READERS)}.get(
         args.method, (args.method,)
     )
-    if args.target_executor == "numpy" and {"medusa", "eagle", "fused"} & set(wanted):
+    if args.target_executor == "numpy" and {"medusa", *FEATURE_READERS} & set(wanted):
         # They read the target's hidden states (LeanStep.hidden), which are tensor ops.
-        if args.method in ("medusa", "eagle", "fused"):
+        if args.method in ("medusa", *FEATURE_READERS):
             raise ValueError(
                 f"--target-executor numpy times chain drafts only: {args.method}'s target "
                 "calls read hidden states as tensor ops (LeanStep.hidden); measure it with "
                 "the torch executor"
             )
-        wanted = tuple(m for m in wanted if m not in ("medusa", "eagle", "fused"))
-        print("--target-executor numpy: Medusa, EAGLE and fused left out (their target calls read")
-        print("  hidden states as tensor ops)")
+        wanted = tuple(m for m in wanted if m not in ("medusa", *FEATURE_READERS))
+        print("--target-executor numpy: Medusa and the EAGLE-style drafts left out (their")
+        print("  target calls read hidden states as tensor ops)")
     drafts = bench.load_drafts(target, [m for m in wanted if m != "medusa"])
     heads = None
     if "medusa" in wanted:
@@ -327,7 +331,7 @@ def _eagle(args) -> int:
 
     torch.set_num_threads(1)
     temps = (args.temperature,) if args.temperature is not None else (1.0, 0.0)
-    record = bench.measure_eagle(temperatures=temps, repeats=args.repeats or 3)
+    record = bench.measure_eagle(temperatures=temps, repeats=args.repeats or 5)
     print(f"load average {record['load_before']:.1f} before, {record['load_after']:.1f} after")
     for run in record["runs"]:
         for name, m in run["methods"].items():

@@ -16,9 +16,11 @@ METHODS = {
     "distilled": "the n-gram table distilled from the target proposes --k characters",
     "eagle": "an EAGLE-style layer over the target's features proposes --k characters",
     "fused": "the draft model, corrected by a head reading the target's feature, proposes --k",
+    "recurrent": "a recurrent cell started from the target's feature proposes --k characters",
     "medusa": "Medusa heads on the target propose a tree of candidates",
 }
-DRAFTING = ("speculative", "ngram", "distilled", "eagle", "fused")  # the methods --k applies to
+# The methods --k applies to.
+DRAFTING = ("speculative", "ngram", "distilled", "eagle", "fused", "recurrent")
 DEFAULT_K = 4  # speculative_generate's default: used when no stored bench says better
 COMPARE_REPEATS = 5
 
@@ -53,10 +55,10 @@ def add_parser(sub) -> None:
         "--k",
         type=int,
         default=None,
-        help="drafts per iteration (speculative, ngram, distilled, eagle); never more are "
-        "drafted than the characters still to generate. Unset: the k that the stored CPU "
-        "bench measured fastest for the method at this temperature (data/results/), and the "
-        "output says which k it used and why",
+        help="drafts per iteration (speculative, ngram, distilled and the EAGLE-style drafts); "
+        "never more are drafted than the characters still to generate. Unset: the k that the "
+        "stored CPU bench measured fastest for the method at this temperature "
+        "(data/results/), and the output says which k it used and why",
     )
     p.add_argument("--max-new-tokens", type=int, default=200, help="characters to generate")
     p.add_argument(

@@ -1,4 +1,5 @@
-"""``specdec-course train --preset target|draft|medusa|eagle|fused|ngram``: rebuild a file."""
+"""``specdec-course train --preset NAME``: rebuild a shipped file (target, draft, medusa, eagle,
+fused, recurrent, ngram)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,19 @@ import torch
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "train",
-        help="train a preset (target, draft, medusa, eagle, fused, ngram)",
+        help="train a preset (target, draft, medusa, eagle, fused, recurrent, ngram)",
         description="Rebuild a shipped checkpoint on the CPU: the 4-layer target, the 1-layer "
         "draft (then distilled from the target with --init-from and --distill-from), or the "
         "Medusa heads or the EAGLE-style draft on the frozen shipped target, the fused draft's "
-        "head on the frozen draft model and target, or the n-gram "
+        "head on the frozen draft model and target, the recurrent EAGLE-style draft on the "
+        "frozen target, or the n-gram "
         "table distilled from it (one forward pass over the training split). data/README.md "
         "gives the commands, their wall times and the figures they reach.",
     )
     p.add_argument(
         "--preset",
         required=True,
-        choices=["target", "draft", "medusa", "eagle", "fused", "ngram"],
+        choices=["target", "draft", "medusa", "eagle", "fused", "recurrent", "ngram"],
         help="what to train",
     )
     p.add_argument(
@@ -61,7 +63,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
-    if args.preset in ("medusa", "eagle", "fused", "ngram"):
+    if args.preset in ("medusa", "eagle", "fused", "recurrent", "ngram"):
         _no_model_options(args)
     if args.preset == "ngram":
         return _distil_ngram(args)
@@ -71,6 +73,8 @@ def run(args) -> int:
         return _train_eagle(args)
     if args.preset == "fused":
         return _train_fused(args)
+    if args.preset == "recurrent":
+        return _train_recurrent(args)
     from ..train import train_preset
 
     out, meta = train_preset(
@@ -171,5 +175,20 @@ def _train_fused(args) -> int:
         f"fused: {meta['params']:,} parameters, {meta['settings']['steps']} steps in "
         f"{meta['train_seconds']:.1f} s, alpha vs target {meta['alpha_vs_target']:.4f} "
         f"(the draft model alone: {meta['draft_alpha_by_depth'][0]:.4f}) -> {out}"
+    )
+    return 0
+
+
+def _train_recurrent(args) -> int:
+    from ..eagle import train_shipped_recurrent
+
+    out, meta = train_shipped_recurrent(steps=args.steps, seed=args.seed, out=args.out)
+    print(
+        f"recurrent: {meta['params']:,} parameters, {meta['settings']['steps']} steps in "
+        f"{meta['train_seconds']:.1f} s, alpha of the 1st / 4th / 8th draft "
+        f"{meta['alpha_by_depth'][0]:.4f} / {meta['alpha_by_depth'][3]:.4f} / "
+        f"{meta['alpha_by_depth'][7]:.4f} (the draft model on the same positions: "
+        f"{meta['draft_alpha_by_depth'][0]:.4f} / {meta['draft_alpha_by_depth'][3]:.4f} / "
+        f"{meta['draft_alpha_by_depth'][7]:.4f}) -> {out}"
     )
     return 0

@@ -12,7 +12,10 @@ was drawn. EAGLE-1 trains with ``SmoothL1(f_hat, f) + 0.1 * CE(lm_head(f_hat), x
 
 ``draft`` (``EagleDraft``, ``EagleProposer``: drafts for ``speculative_generate``, fed the
 target's features through the loop's ``observe_target`` hook) and ``training`` (the loss,
-``train_eagle``, the checkpoint). ``specdec-course train --preset eagle`` writes
+``train_eagle``, the checkpoint); ``fused`` (the draft model corrected by a head that reads
+the target's feature) and ``recurrent`` (EAGLE's drafting from the feature with a cheap
+recurrent cell in place of the layer, the one that beats the draft model on a CPU), each
+with its ``*_training`` module. ``specdec-course train --preset eagle`` writes
 ``data/checkpoints/eagle.pt``; ``load_eagle(target=...)`` reads it.
 """
 
@@ -27,6 +30,17 @@ from .fused_training import (
     save_fused,
     train_fused,
     train_shipped_fused,
+)
+from .recurrent import RecurrentDraft, RecurrentProposer, check_recurrent
+from .recurrent_training import (
+    RECURRENT_COMMAND,
+    RECURRENT_SHIPPED,
+    draft_model_alpha_by_depth,
+    load_recurrent,
+    recurrent_alpha_by_depth,
+    save_recurrent,
+    train_recurrent,
+    train_shipped_recurrent,
 )
 from .training import (
     REBUILD_COMMAND,
@@ -59,6 +73,17 @@ __all__ = [
     "save_fused",
     "train_fused",
     "train_shipped_fused",
+    "RecurrentDraft",
+    "RecurrentProposer",
+    "check_recurrent",
+    "RECURRENT_COMMAND",
+    "RECURRENT_SHIPPED",
+    "draft_model_alpha_by_depth",
+    "load_recurrent",
+    "recurrent_alpha_by_depth",
+    "save_recurrent",
+    "train_recurrent",
+    "train_shipped_recurrent",
     "REBUILD_COMMAND",
     "SHIPPED",
     "collect_features",
