@@ -156,6 +156,20 @@ class _TargetFeatures:
         if start == 0:
             self._unseen = False
 
+    def _host_q_buffers(self, k: int, dtype) -> None:
+        # A NumPy proposal's q: one [k, V] buffer, its row views, and softmax_rows' ones.
+        V = self.vocab_size
+        q = torch.empty(max(k, 1), V, dtype=dtype)
+        self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
+        self._ones = np.ones(V, self._q_np.dtype)
+
+    def _host_q(self, lg, k: int, noise):
+        # What a NumPy proposal returns: k, and q from its logits lg (None when greedy).
+        if noise is None:
+            return k, None
+        softmax_rows(lg[:k], self._q_np[:k], self._ones)
+        return k, self._q_views[k]
+
     def _prompt_features(self, ids: torch.Tensor, n: int) -> None:
         if self._unseen:  # run alone: no prefill passed the prompt's features
             with torch.no_grad():  # also when called outside the loop's inference mode
@@ -217,9 +231,7 @@ class EagleProposer(_TargetFeatures):
         self.host = HostEagle(d) if host_ok(w) else None
         if self.host is not None:
             self._np = (self.feats.numpy(), self.logits.numpy(), self.w_t.contiguous().numpy())
-            q = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype)
-            self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
-            self._ones = np.ones(self.vocab_size, self._q_np.dtype)
+            self._host_q_buffers(k, w.dtype)
         self._arrays_of = (None, None)
         self.noise = draft_noise(
             sampling, generator, max_new_tokens, k, self.vocab_size, w.device, self.host is not None
@@ -271,10 +283,7 @@ class EagleProposer(_TargetFeatures):
             if j + 1 < k:
                 h = host.step(h, tok, cache)
         cache.crop(n - 1)  # pairs past n - 2 were built on predicted features
-        if noise is None:
-            return k, None
-        softmax_rows(lg[:k], self._q_np[:k], self._ones)
-        return k, self._q_views[k]
+        return self._host_q(lg, k, noise)
 
     def commit(self, ids: torch.Tensor, n: int) -> None:
         # propose() already cropped to its n - 1, below any later n - 1: nothing to forget.

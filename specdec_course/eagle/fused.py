@@ -44,7 +44,7 @@ from scipy.special import erf
 from torch.nn import functional as F
 
 from .._validate import check_int
-from ..decoding.proposer import draft_noise, softmax_rows
+from ..decoding.proposer import draft_noise
 from ..model import CharGPT, check_model
 from ..model.host import _fold_norm, _Norm, host_ok
 from ..sampling import SamplingOptions
@@ -275,9 +275,7 @@ class FusedProposer(_TargetFeatures):
         self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
         if self.host is not None:
             self._lg = self.logits.numpy()
-            q = torch.empty(max(k, 1), V, dtype=w.dtype)
-            self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
-            self._ones = np.ones(V, self._q_np.dtype)
+            self._host_q_buffers(k, w.dtype)
         self._out_of = None
         self.noise = draft_noise(
             sampling, generator, max_new_tokens, k, V, w.device, self.host is not None
@@ -335,10 +333,7 @@ class FusedProposer(_TargetFeatures):
                 row.copy_(self.sampling.logits(row))
             tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
             out_np[j] = tok
-        if noise is None:
-            return k, None
-        softmax_rows(lg[:k], self._q_np[:k], self._ones)
-        return k, self._q_views[k]
+        return self._host_q(lg, k, noise)
 
     def commit(self, ids: torch.Tensor, n: int) -> None:
         # As ModelProposer's: the cache never holds more than the committed n - 1.

@@ -38,7 +38,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from .._validate import check_int
-from ..decoding.proposer import draft_noise, softmax_rows
+from ..decoding.proposer import draft_noise
 from ..model import CharGPT, check_model
 from ..model.host import host_ok
 from ..sampling import SamplingOptions
@@ -229,9 +229,7 @@ class RecurrentProposer(_TargetFeatures):
         self.host = _HostCell(self.draft) if same and host_ok(w) and host_ok(self.feats) else None
         if self.host is not None:
             self._feats_np, self._lg = self.feats.numpy(), self.logits.numpy()
-            q = torch.empty(max(k, 1), V, dtype=w.dtype)
-            self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
-            self._ones = np.ones(V, self._q_np.dtype)
+            self._host_q_buffers(k, w.dtype)
         self._out_of = None
         self.noise = draft_noise(
             sampling, generator, max_new_tokens, k, V, w.device, self.host is not None
@@ -275,10 +273,7 @@ class RecurrentProposer(_TargetFeatures):
                 row.copy_(self.sampling.logits(row))
             tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
             out_np[j] = tok
-        if noise is None:
-            return k, None
-        softmax_rows(lg[:k], self._q_np[:k], self._ones)
-        return k, self._q_views[k]
+        return self._host_q(lg, k, noise)
 
     def commit(self, ids: torch.Tensor, n: int) -> None:
         # The draft keeps no state between proposals: nothing to forget.
