@@ -27,6 +27,7 @@ import torch
 from .._validate import check_int, check_real
 from ..model import CharGPT, check_model
 from ..paths import checkpoints_dir
+from .fused_training import _fingerprint
 from .recurrent import RecurrentDraft, check_recurrent
 from .training import collect_features
 
@@ -153,11 +154,6 @@ def train_recurrent(
             p.requires_grad_(was)
     bar.close()
     return draft.eval(), time.perf_counter() - t0
-
-
-def _fingerprint(model: CharGPT) -> float:
-    # Which target a draft was trained on: the sum of its output matrix (retraining changes it).
-    return round(float(model.lm_head.weight.detach().double().sum()), 6)
 
 
 def save_recurrent(
