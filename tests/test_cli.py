@@ -186,6 +186,18 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     eagle = bench.best_row(t1, "eagle")
     line = f"(`--method eagle`) reaches {eagle['measured_speedup']:.2f}x (k = {eagle['k']})"
     assert line in readme
+    # ... and the recurrent draft against the draft model in the EAGLE bench's same run.
+    e1 = bench.load_eagle_results()["runs"][0]
+    assert e1["temperature"] == 1.0
+    rec, dm = e1["methods"]["recurrent"], e1["methods"]["draft"]
+    assert (
+        f"it reaches {rec['best_speedup']:.2f}x (k = {rec['best_k']}) at temperature 1 against "
+        f"the draft model's {dm['best_speedup']:.2f}x (k = {dm['best_k']}) in the same run"
+        in readme
+    )
+    assert "k = 1 .. 16" in readme and [r["k"] for r in rec["rows"]] == list(range(1, 17))
+    k = rec["best_k"]  # "about half the draft model's cost per drafted token"
+    assert 0.35 < rec["rows"][k - 1]["c"] / dm["rows"][k - 1]["c"] < 0.65
     # ... and the same with the target's steps in NumPy, in both runs (model.host).
     lean = bench.load_speedup_results(name="speedup_cpu_numpy")
     assert "--target-executor numpy" in lean["command"]
@@ -313,7 +325,9 @@ def test_bad_options_get_one_clear_error_and_no_work(argv, words, capsys, tmp_pa
 # ------------------------------------------------- generate: the stored best k, and its errors
 
 
-@pytest.mark.parametrize("method", ["speculative", "ngram", "distilled", "eagle", "medusa"])
+@pytest.mark.parametrize(
+    "method", ["speculative", "ngram", "distilled", "eagle", "fused", "recurrent", "medusa"]
+)
 def test_generate_runs_each_method_at_the_stored_best_k_and_compare_reports_its_speed(
     method, capsys, monkeypatch
 ):

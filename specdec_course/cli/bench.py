@@ -124,10 +124,12 @@ def add_parser(sub) -> None:
     b.set_defaults(run=run)
     e = what.add_parser(
         "eagle",
-        help="the EAGLE-style draft against the draft model on this CPU (lesson 09)",
+        help="the EAGLE-style drafts against the draft model on this CPU (lesson 09)",
         description="Decode the validation prompts with plain decoding, the 1-layer draft "
-        "model and the EAGLE-style draft (one layer over the target's features), k = 1 ... 6, "
-        "one thread, round-robin; print each draft's best k, speedup and acceptance and write "
+        "model and the three EAGLE-style drafts (eagle: one layer over the target's features; "
+        "fused: the draft model corrected by the newest feature; recurrent: a cell started "
+        "from it), k = 1 ... 16, one thread, round-robin; print each draft's best k, speedup "
+        "and acceptance and write "
         "eagle_cpu.json (the stored one is in data/results/, read by lesson 09).",
     )
     e.add_argument(
