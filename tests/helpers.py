@@ -67,14 +67,16 @@ def position_chi_squares(
     return results
 
 
-def tiny_model(seed: int, V: int = 3, block_size: int = 12):
-    """A 1-layer ``CharGPT`` over ``V`` symbols with large random weights, so that its
-    next-symbol distributions are far from uniform and differ from context to context: a
-    target or a draft whose exact law over a few symbols is a cheap enumeration."""
+def tiny_model(seed: int, V: int = 3, block_size: int = 12, n_layer: int = 1):
+    """A ``CharGPT`` of ``n_layer`` layers (default 1) over ``V`` symbols with large random
+    weights, so that its next-symbol distributions are far from uniform and differ from
+    context to context: a target or a draft whose exact law over a few symbols is a cheap
+    enumeration."""
     from specdec_course.model import CharGPT, GPTConfig
 
     torch.manual_seed(seed)
-    model = CharGPT(GPTConfig(vocab_size=V, block_size=block_size, n_layer=1, n_head=1, n_embd=8))
+    cfg = GPTConfig(vocab_size=V, block_size=block_size, n_layer=n_layer, n_head=1, n_embd=8)
+    model = CharGPT(cfg)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.8)

@@ -213,6 +213,28 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     assert min(best.values()) > 1.0  # "though it still wins"
 
 
+def test_data_readme_gives_the_stored_cpu_benchs_best_figures():
+    # data/README.md's "Measured speedup on a CPU" names every method's best row.
+    names = {
+        "distilled": "the distilled n-gram",
+        "ngram": "the counted n-gram",
+        "draft": "the draft model",
+        "eagle": "the EAGLE-style draft",
+        "fused": "the fused draft",
+        "recurrent": "the recurrent draft",
+    }
+    text = " ".join((ROOT / "data" / "README.md").read_text().split())
+    section = text.split("## Measured speedup on a CPU")[1].split("## ")[0]
+    rec = bench.load_speedup_results()
+    assert f"`{rec['command']}`" in section
+    for res in rec["results"]:
+        for m in res["methods"]:
+            b = bench.best_row(res, m)
+            assert f"{names[m]} {b['measured_speedup']:.2f}x (k = {b['k']})" in section, m
+        med = max(res["medusa"], key=lambda r: r["measured_speedup"])
+        assert f"Hydra heads {med['measured_speedup']:.2f}x (tree {med['tree']})" in section
+
+
 def test_readme_gives_the_shipped_checkpoints_figures_from_their_meta():
     readme = " ".join((ROOT / "README.md").read_text().split())
     target, draft = load_pretrained("target").meta, load_pretrained("draft").meta

@@ -86,6 +86,13 @@ def test_hydra_loss_is_the_weighted_kl():
     assert torch.allclose(kl, ref, atol=1e-6)
     assert torch.isclose(loss, (medusa.loss_weights(3) * ref).sum())
     assert torch.allclose(medusa.hydra_loss(te, te)[1], torch.zeros(3), atol=1e-6)
+    # With the acceptance term: each head's 1 - sum min(p, q), weighted like its KL.
+    q = lg.softmax(-1)
+    tv = 1 - torch.minimum(p, q).sum(-1).mean(-1)
+    both, kl2 = medusa.hydra_loss(lg, te, tv_weight=5.0)
+    assert torch.allclose(kl2, ref, atol=1e-6)
+    assert torch.isclose(both, (medusa.loss_weights(3) * (ref + 5.0 * tv)).sum())
+    assert torch.isclose(medusa.hydra_loss(te, te, tv_weight=5.0)[0], torch.tensor(0.0), atol=1e-5)
     with pytest.raises(ValueError, match=r"\[K, B, V\]"):
         medusa.hydra_loss(lg, te[:2])
 
@@ -269,3 +276,27 @@ def test_shipped_hydra_heads_load_with_weights_only(shipped):
     alpha = heads.meta["alpha"]
     top1 = [row[0] for row in heads.meta["acceptance_sampled"]]
     assert all(a > t + 0.1 for a, t in zip(alpha, top1))
+
+
+def test_data_readme_gives_the_shipped_hydra_heads_figures_from_their_meta():
+    from pathlib import Path
+
+    from specdec_course.model import load_pretrained
+
+    try:
+        heads = medusa.load_heads(target=load_pretrained("target"), kind="hydra")
+    except FileNotFoundError:
+        pytest.skip("data/checkpoints/medusa.pt is missing")
+    m = heads.meta
+    assert heads.hidden == m["hidden"] == medusa.training.HYDRA_HIDDEN
+    assert m["tv_weight"] == medusa.training.HYDRA_TV_WEIGHT
+    readme = Path(__file__).resolve().parent.parent / "data" / "README.md"
+    text = " ".join(readme.read_text().split())
+    assert f"holds {m['n_heads']} Hydra heads" in text
+    assert f"and {m['n_heads']} Hydra heads ({m['params']:,} parameters)" in text
+    assert f"{m['hidden']}-wide SiLU layer; {m['steps']:,} AdamW steps" in text
+    assert f"{m['train_seconds']:.0f} s on the shared 2-core CPU" in text
+    alpha = " / ".join(f"{a:.3f}" for a in m["alpha"])
+    assert f"accepted with probability {alpha}," in text
+    top1 = " / ".join(f"{g[0]:.3f}" for g in m["acceptance_greedy"])
+    assert f"argmax {top1} of the time" in text

@@ -37,12 +37,14 @@ from specdec_course.eagle import (
     load_recurrent,
     recurrent_alpha_by_depth,
     save_recurrent,
+    target_features,
     train_recurrent,
 )
+from specdec_course.eagle import draft as draft_module
 from specdec_course.eagle import recurrent as recurrent_module
 from specdec_course.eagle.recurrent import _HostCell
 from specdec_course.eagle.recurrent_training import _loss_terms
-from specdec_course.paths import checkpoints_dir
+from specdec_course.paths import checkpoints_dir, data_dir
 from specdec_course.sampling import SamplingOptions
 
 RUNS, LENGTH = 3_000, 3
@@ -95,7 +97,7 @@ def _propose_both_ways(draft, target, prompt, monkeypatch, k=5, seed=3, sampling
         first = (kk, out.clone(), None if q is None else q.clone())
         ids = torch.cat([prompt, out[:2], torch.tensor([1])])
         p.commit(ids, n + 3)
-        p.observe_target(target.hidden_states(ids[None, : n + 2])[0], 0)
+        p.observe_target(target_features(target, ids[None, : n + 2], draft.feature_layers)[0], 0)
         kk, q = p.propose(ids, n + 3, k, out)
         runs.append((first, (kk, out.clone(), None if q is None else q.clone())))
     for (k1, o1, q1), (k2, o2, q2) in zip(*runs):
@@ -197,7 +199,10 @@ def test_the_jth_draft_reads_f_n_minus_2_fed_x_n_minus_1_then_its_own_drafts(
     "opts", [{}, {"temperature": 1.5, "top_k": 2}], ids=["temperature 1", "t 1.5 top-k 2"]
 )
 def test_speculative_sampling_with_the_recurrent_draft_keeps_the_law_of_the_target(tiny, opts):
-    target, draft = tiny
+    _check_law(*tiny, opts)
+
+
+def _check_law(target, draft, opts):
     prompt = torch.tensor([0, 1])
     g = torch.Generator().manual_seed(0)
     proposer = RecurrentProposer(draft, target)
@@ -313,7 +318,7 @@ def _hand_terms(draft, target, f, x, w, t, depths):
         for d in range(1, depths + 1):
             s = draft.step(s, c, x[wb, tb + d - 1])
             qs.append(draft.logits(s).softmax(-1))
-            ps.append(target.lm_head(f[wb, tb + d - 1]).softmax(-1))
+            ps.append(target.lm_head(f[wb, tb + d - 1, -target.config.n_embd :]).softmax(-1))
         P.append(torch.stack(ps))
         Q.append(torch.stack(qs))
     return torch.stack(P), torch.stack(Q)
@@ -400,7 +405,7 @@ def test_training_raises_the_acceptance_above_an_untrained_drafts(tiny):
     kw = dict(steps=40, batch_size=64, depths=3, progress=False, **SIZES)
     draft, seconds = train_recurrent(target, ids, **kw)
     assert seconds > 0 and not draft.training
-    assert draft.sizes == {"target_width": 8, "vocab_size": 3, **SIZES}
+    assert draft.sizes == {"target_width": 8, "vocab_size": 3, "feature_layers": 1, **SIZES}
     # The target is frozen, and left as it was.
     assert all(torch.equal(a, b) for a, b in zip(before, target.parameters()))
     assert [p.requires_grad for p in target.parameters()] == grads
@@ -492,6 +497,7 @@ def test_the_shipped_draft_records_its_training(shipped_draft):
     assert shipped_draft.sizes["state"] == meta["settings"]["state"]
     assert shipped_draft.sizes["hidden"] == meta["settings"]["hidden"]
     assert shipped_draft.sizes["init_hidden"] == meta["settings"]["init_hidden"]
+    assert shipped_draft.feature_layers == meta["settings"]["feature_layers"]
     assert meta["train_seconds"] > 0
     by_depth = meta["alpha_by_depth"]
     assert len(by_depth) == 8 and all(isinstance(a, float) and 0 < a < 1 for a in by_depth)
@@ -499,10 +505,159 @@ def test_the_shipped_draft_records_its_training(shipped_draft):
     assert meta["positions"] == s["steps"] * s["batch_size"] * s["depths"]
     plain = meta["draft_alpha_by_depth"]
     assert len(plain) == 8 and all(isinstance(a, float) and 0 < a < 1 for a in plain)
-    # Above the draft model at every depth, on the same positions (issue 26's bar asks for
-    # +0.03; the shipped draft reaches about +0.015 to +0.02, which the note reports).
-    assert all(a > b for a, b in zip(by_depth, plain)) and by_depth[0] > plain[0] + 0.01
+    # Above the draft model at every depth, on the same positions, and by at least 0.03 on
+    # the first three drafts (the wide feature's gain fades with depth: data/README.md).
+    assert all(a > b for a, b in zip(by_depth, plain))
+    assert all(a > b + 0.03 for a, b in zip(by_depth[:3], plain[:3]))
     assert meta["params"] == sum(p.numel() for p in shipped_draft.parameters())
     ck = torch.load(checkpoints_dir() / "recurrent.pt", map_location="cpu", weights_only=True)
     assert ck["meta"] == meta and ck["sizes"] == shipped_draft.sizes
     assert math.isfinite(ck["target_fingerprint"])
+
+
+def test_data_readme_gives_the_shipped_drafts_figures_from_its_record(shipped_draft):
+    meta, s = shipped_draft.meta, shipped_draft.meta["settings"]
+    text = " ".join((data_dir() / "README.md").read_text().split())
+    section = text.split("## The recurrent EAGLE-style draft")[1].split("## ")[0]
+    assert f"({meta['params']:,} parameters" in text
+    assert f"{meta['train_seconds']:.0f} s on one thread" in section
+    assert f"{s['steps']:,} AdamW steps" in section and f"{s['batch_size']} random" in section
+    assert f"the outputs of the {s['feature_layers'] - 1} blocks before the last" in section
+    alphas = ", ".join(f"{a:.3f}" for a in meta["alpha_by_depth"])
+    assert f"at temperature 1: {alphas}, against the draft model's" in section
+    plain = meta["draft_alpha_by_depth"]
+    assert f"the draft model's {min(plain):.3f} to {max(plain):.3f}" in section
+
+
+# ------------------------------------------------ features from several of the target's blocks
+
+
+@pytest.fixture(scope="module")
+def tiny2():
+    # A 2-layer target and a random draft that reads both blocks' outputs.
+    target = tiny_model(4, block_size=16, n_layer=2)
+    return target, _random_draft(target, seed=6, feature_layers=2)
+
+
+@torch.inference_mode()
+def test_wide_features_are_the_earlier_blocks_outputs_normed_then_the_last_hidden_state(tiny2):
+    target, _ = tiny2
+    ids = torch.tensor([[0, 2, 1, 1, 0, 2, 2]])
+    tr = target.transformer
+    x0 = tr.wte(ids) + tr.wpe(torch.arange(7))
+    x1 = tr.h[0](x0)
+    wide = target_features(target, ids, 2)
+    assert wide.shape == (1, 7, 16)
+    torch.testing.assert_close(wide[..., :8], torch.nn.functional.layer_norm(x1, (8,)))
+    assert torch.equal(wide[..., 8:], target.hidden_states(ids))  # lm_head's input, last
+    assert torch.equal(target_features(target, ids, 1), target.hidden_states(ids))
+    assert (wide[..., :8] - wide[..., 8:]).abs().max() > 0.1  # two different blocks
+    for bad in (0, 3, 1.0, "2"):
+        with pytest.raises(ValueError, match="layers"):
+            target_features(target, ids, bad)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("which", ["tiny 2 layers", "shipped 4 layers"])
+def test_the_loops_lean_step_gives_the_wide_features_of_a_full_forward(tiny2, target, which):
+    from specdec_course.model.lean import LeanStep
+
+    model = tiny2[0] if which.startswith("tiny") else target
+    m = model.config.n_layer
+    ids = torch.tensor([0, 2, 1, 1, 0, 2, 2, 1, 0, 1])
+    want = target_features(model, ids[None], m)[0]
+    lean = LeanStep(model)
+    cache = lean.new_cache()
+    got = torch.cat([lean.hidden(ids[:6], cache, layers=m), lean.hidden(ids[6:], cache, layers=m)])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    cache = lean.new_cache()
+    torch.testing.assert_close(
+        lean.hidden(ids, cache), want[:, -model.config.n_embd :], atol=1e-5, rtol=1e-4
+    )
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["numpy", "tensor"])
+def test_a_wide_draft_is_exact_greedy_and_drafts_from_the_wide_feature_at_n_minus_2(
+    tiny2, monkeypatch, host
+):
+    target, draft = tiny2
+    if not host:
+        monkeypatch.setattr(recurrent_module, "host_ok", lambda w: False)
+    prompt = torch.tensor([2, 0, 1, 1])
+    ref = decoding.generate(target, prompt, 12, temperature=0)
+    p = RecurrentProposer(draft, target)
+    got, st = decoding.speculative_generate(target, p, prompt, 12, k=3, temperature=0)
+    assert (p.host is not None) == host and p.feats.shape[1] == 16
+    assert torch.equal(got, ref) and st.drafted > 0
+    # q of a proposal is the cell unrolled from the wide feature at n - 2.
+    n, k = prompt.numel(), 4
+    with torch.inference_mode():
+        p.start(prompt, n, SamplingOptions(1.0), torch.Generator().manual_seed(1), 10, k)
+        out = torch.empty(k, dtype=torch.long)
+        kk, q = p.propose(prompt, n, k, out)
+        f = target_features(target, torch.cat([prompt, out])[None], 2)[0]
+        fed = torch.cat([prompt[n - 1 :], out[: k - 1]])
+        torch.testing.assert_close(q, draft.unroll(f[n - 2], fed).softmax(-1), atol=1e-5, rtol=1e-4)
+        assert (q - draft.unroll(f[n - 3], fed).softmax(-1)).abs().max() > 1e-2
+
+
+@torch.inference_mode()
+def test_the_numpy_and_tensor_paths_of_a_wide_draft_draft_alike(tiny2, monkeypatch):
+    target, draft = tiny2
+    _propose_both_ways(draft, target, torch.tensor([0, 1, 2, 2, 1]), monkeypatch)
+
+
+def test_the_loop_passes_a_wide_draft_its_features_so_it_runs_no_forward_of_its_own(
+    tiny2, monkeypatch
+):
+    target, draft = tiny2
+    calls = []
+    real = draft_module.target_features
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(draft_module, "target_features", counted)
+    prompt = torch.tensor([0, 2, 1, 1])
+    p = RecurrentProposer(draft, target)
+    got, _ = decoding.speculative_generate(target, p, prompt, 10, k=3, temperature=0)
+    assert calls == [] and torch.equal(got, decoding.generate(target, prompt, 10, temperature=0))
+
+
+def test_speculative_sampling_with_a_wide_draft_keeps_the_law_of_the_target(tiny2):
+    _check_law(*tiny2, {})
+
+
+@torch.inference_mode()
+def test_a_wide_drafts_loss_and_alpha_read_p_from_the_last_hidden_state(tiny2):
+    target, draft = tiny2
+    g = torch.Generator().manual_seed(0)
+    f = torch.randn(3, 9, 16, generator=g)
+    x = torch.randint(3, (3, 9), generator=g)
+    w, t = torch.tensor([0, 2, 1]), torch.tensor([1, 4, 5])
+    p, q = _loss_terms(draft, target, f, x, w, t, 3)
+    want_p, want_q = _hand_terms(draft, target, f, x, w, t, 3)
+    torch.testing.assert_close(p, want_p, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(q, want_q, atol=1e-6, rtol=1e-5)
+    ids = torch.randint(3, (200,), generator=g)
+    wide, xs = collect_features(target, ids, 3, layers=2)
+    assert wide.shape[-1] == 16
+    assert len(recurrent_alpha_by_depth(draft, target, wide, xs, depth=3)) == 3
+    narrow, _ = collect_features(target, ids, 3)
+    torch.testing.assert_close(narrow, wide[..., 8:])
+    with pytest.raises(ValueError, match=r"layers=2"):
+        recurrent_alpha_by_depth(draft, target, narrow, xs, depth=3)
+
+
+def test_a_wide_draft_refuses_a_target_with_fewer_blocks_and_round_trips(tiny, tiny2, tmp_path):
+    target, draft = tiny2
+    one_layer, _ = tiny
+    with pytest.raises(ValueError, match="reads 2 of the target's blocks"):
+        RecurrentProposer(draft, one_layer)
+    with pytest.raises(ValueError, match="feature_layers"):
+        train_recurrent(
+            one_layer, torch.zeros(100, dtype=torch.long), feature_layers=2, progress=False
+        )
+    back = load_recurrent(save_recurrent(tmp_path / "w.pt", draft, target), target=target)
+    assert back.feature_layers == 2 and back.sizes == draft.sizes

@@ -25,7 +25,9 @@ drafted past them. ``speculative_generate`` drives any object with these three m
     every prompt position but the last) and after every target call, before the verdict. Of
     those, the positions below ``n - 1`` at the next ``commit(ids, n)`` belong to committed
     text; the rest scored drafts that may have been rejected. Proposers without it cost
-    the loop nothing.
+    the loop nothing. A proposer with ``feature_layers = m > 1`` gets ``[T, m * n_embd]``
+    instead: the outputs of the ``m - 1`` blocks before the last, each LayerNorm-ed
+    without weights, then the last hidden state (``eagle.target_features``' layout).
 
 ``target`` (optional attribute)
     the target the proposer was built for (``eagle.EagleProposer`` has one):

@@ -154,13 +154,14 @@ def speculative_generate(
     step = steps_for(target, "target", k + 1, cuda_graphs)  # logits of [1, T] new tokens
     tc = step.cache
     lean = step.lean if observe is not None else None  # eager here: graphs were refused
+    wide = getattr(proposer, "feature_layers", 1)  # several blocks' outputs (EAGLE-3 style)
     w = target.lm_head.weight
     if n > 1:  # prefill everything but the pending last token
         t0 = clock() if clock else 0.0
         if observe is None:
             target(out[None, : n - 1], tc)
         else:  # the prompt's features too: the proposer need not compute them again
-            observe(lean.hidden(out[: n - 1], tc), 0)
+            observe(lean.hidden(out[: n - 1], tc, layers=wide), 0)
         t_pre += (clock() - t0) if clock else 0.0
     # The target's input: the pending token followed by the drafts, written in place.
     feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)
@@ -199,8 +200,10 @@ def speculative_generate(
         if observe is None:
             logits = step(feeds[kk])
         else:  # the lean step's own arithmetic, with the features passed on first
-            hidden = lean.hidden(feeds[kk][0], tc)
+            hidden = lean.hidden(feeds[kk][0], tc, layers=wide)
             observe(hidden, n - 1)
+            if wide > 1:  # lm_head reads the last n_embd columns
+                hidden = hidden[:, -lean.C :]
             logits = torch.mm(hidden, lean.w_t, out=step.out[: kk + 1])
         # --- 3. verify: accept drafts while the rule says so, then one token of the target's
         t2 = clock() if clock else 0.0

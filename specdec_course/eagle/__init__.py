@@ -19,7 +19,7 @@ with its ``*_training`` module. ``specdec-course train --preset eagle`` writes
 ``data/checkpoints/eagle.pt``; ``load_eagle(target=...)`` reads it.
 """
 
-from .draft import EagleDraft, EagleProposer, check_eagle
+from .draft import EagleDraft, EagleProposer, check_eagle, target_features
 from .fused import HEAD_DEPTHS, FusedHead, FusedProposer, check_fused
 from .fused_training import (
     FUSED_COMMAND,
@@ -61,6 +61,7 @@ __all__ = [
     "EagleDraft",
     "EagleProposer",
     "check_eagle",
+    "target_features",
     "HEAD_DEPTHS",
     "FusedHead",
     "FusedProposer",

@@ -16,7 +16,7 @@ from ..model.host import host_ok
 from ..sampling import SamplingOptions
 from .host import HostEagle
 
-__all__ = ["EagleDraft", "EagleProposer", "check_eagle"]
+__all__ = ["EagleDraft", "EagleProposer", "check_eagle", "target_features"]
 
 
 class EagleDraft(nn.Module):
@@ -135,16 +135,44 @@ def check_eagle(draft, target: CharGPT) -> EagleDraft:
     return draft
 
 
+def target_features(target: CharGPT, idx: torch.Tensor, layers: int = 1) -> torch.Tensor:
+    """The target's features of ``idx [B, T]`` (one uncached forward): ``[B, T, layers *
+    n_embd]``. ``layers = 1``: the last hidden state (``target.hidden_states``, the input of
+    ``lm_head``). ``layers = m``: the outputs of the ``m - 1`` blocks before the last, each
+    LayerNorm-ed without weights, then the last hidden state, so the last ``n_embd``
+    columns are always ``lm_head``'s input (EAGLE-3 drafts from several layers; the decoding
+    loop's lean step returns the same layout, ``LeanStep.hidden(..., layers=m)``)."""
+    check_model(target, "target")
+    L, C = target.config.n_layer, target.config.n_embd
+    if not isinstance(layers, int) or not 1 <= layers <= L:
+        raise ValueError(f"layers must be an int in [1, {L}] (the target's blocks); got {layers!r}")
+    if layers == 1:
+        return target.hidden_states(idx)
+    target._check_idx(idx, None)
+    tr = target.transformer
+    x = tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1], device=idx.device))
+    wide = []
+    for i, block in enumerate(tr.h):
+        if i > L - layers:
+            wide.append(F.layer_norm(x, (C,)))
+        x = block(x)
+    return torch.cat([*wide, tr.ln_f(x)], -1)
+
+
 class _TargetFeatures:
     """The target's features as a feature-reading proposer holds them (``self.target``).
 
     The loop passes them through :meth:`observe_target` after its prefill and each target
-    call; a proposer run alone, which nothing observed, computes the prompt's with one full
+    call, ``feature_layers`` wide (``target_features``; 1 unless the proposer says more);
+    a proposer run alone, which nothing observed, computes the prompt's with one full
     target forward at its first proposal (:meth:`_prompt_features`)."""
+
+    feature_layers = 1
 
     def _start_features(self, n: int) -> None:
         cfg, w = self.target.config, self.target.lm_head.weight
-        self.feats = torch.empty(cfg.block_size, cfg.n_embd, dtype=w.dtype, device=w.device)
+        width = cfg.n_embd * self.feature_layers
+        self.feats = torch.empty(cfg.block_size, width, dtype=w.dtype, device=w.device)
         self._unseen = n > 1  # the prompt's features: the loop's prefill passes them
 
     def observe_target(self, hidden: torch.Tensor, start: int) -> None:
@@ -173,7 +201,8 @@ class _TargetFeatures:
     def _prompt_features(self, ids: torch.Tensor, n: int) -> None:
         if self._unseen:  # run alone: no prefill passed the prompt's features
             with torch.no_grad():  # also when called outside the loop's inference mode
-                self.feats[: n - 1] = self.target.hidden_states(ids[None, : n - 1])[0]
+                f = target_features(self.target, ids[None, : n - 1], self.feature_layers)
+                self.feats[: n - 1] = f[0]
             self._unseen = False
 
 

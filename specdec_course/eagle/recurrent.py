@@ -4,7 +4,7 @@ On a CPU at batch 1 a drafted token costs what its operations cost to dispatch, 
 one-layer draft model's step is already about as cheap as a transformer layer gets there
 (its attention over the context is a third of it). EAGLE's draft is such a layer, so it
 can only win by accepting more; lesson 09 measures how little more the target's feature
-buys on the course's character target (about 0.03 on the first draft, at its ceiling).
+buys on the course's character target (a few hundredths on the first drafts).
 This draft wins the other way: it keeps EAGLE's idea, drafting from the target's newest
 feature, and drops what costs, the attention over the context. Everything it knows about
 the context is in that feature.
@@ -18,6 +18,14 @@ sampled). Once per proposal the feature sets the cell's state and a context term
 and each draft is one step of the cell, fed the token drafted before it (``y_0 = x_{n-1}``):
 
     s_j = s_{j-1} + B relu(A s_{j-1} + E[y_{j-1}] + c),   logits_j = out(s_j)
+
+With ``feature_layers = m > 1`` the feature ``f`` is wider: the outputs of the ``m - 1``
+target blocks before the last, each LayerNorm-ed without weights, then the last hidden
+state (``target_features``; the loop's lean step returns it at no extra target call). The
+last layer's feature is shaped for the *next* token; the earlier blocks still hold what
+the later drafts need (EAGLE-3, Li et al. 2025, fuses low, middle and high layers for the
+same reason). Only ``P``, ``G`` and ``M1``, once per proposal, read it; a drafted token
+costs the same.
 
 Three small products a token (about a third of the draft model's step on the course's CPU,
 ``bench eagle`` measures it in the loop), no cache, nothing to catch up. The design is
@@ -60,6 +68,7 @@ class RecurrentDraft(nn.Module):
         state: int = 128,
         hidden: int = 512,
         init_hidden: int = 256,
+        feature_layers: int = 1,
     ):
         super().__init__()
         for name, v in (
@@ -68,6 +77,7 @@ class RecurrentDraft(nn.Module):
             ("state", state),
             ("hidden", hidden),
             ("init_hidden", init_hidden),
+            ("feature_layers", feature_layers),
         ):
             check_int(v, name)
         self.sizes = dict(
@@ -76,8 +86,9 @@ class RecurrentDraft(nn.Module):
             state=state,
             hidden=hidden,
             init_hidden=init_hidden,
+            feature_layers=feature_layers,
         )
-        C, V, S, H, I = target_width, vocab_size, state, hidden, init_hidden
+        C, V, S, H, I = target_width * feature_layers, vocab_size, state, hidden, init_hidden
         self.P = nn.Linear(C, S)
         self.G = nn.Linear(C, H, bias=False)
         self.M1 = nn.Linear(C, I)
@@ -98,8 +109,14 @@ class RecurrentDraft(nn.Module):
         d = cls(target.config.n_embd, target.config.vocab_size, **kw)
         return d.to(target.lm_head.weight.device)
 
+    @property
+    def feature_layers(self) -> int:
+        """How many of the target's blocks the feature reads (``eagle.target_features``)."""
+        return self.sizes["feature_layers"]
+
     def begin(self, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(s_0 [..., state], c [..., hidden])`` from features ``f [..., target_width]``."""
+        """``(s_0 [..., state], c [..., hidden])`` from features ``f [..., feature_layers *
+        target_width]``."""
         S = self.sizes["state"]
         m = self.M2(F.relu(self.M1(f)))
         return self.P(f) + m[..., :S], self.G(f) + m[..., S:]
@@ -115,8 +132,8 @@ class RecurrentDraft(nn.Module):
 
     def unroll(self, f: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Logits ``[..., d, vocab_size]`` of ``d`` drafts from features ``f [...,
-        target_width]`` fed the tokens ``tokens [..., d]`` (the first is the committed
-        token the feature's position sampled, then the drafted ones)."""
+        feature_layers * target_width]`` fed the tokens ``tokens [..., d]`` (the first is the
+        committed token the feature's position sampled, then the drafted ones)."""
         s, c = self.begin(f)
         out = []
         for j in range(tokens.shape[-1]):
@@ -136,6 +153,11 @@ def check_recurrent(draft, target: CharGPT) -> RecurrentDraft:
     s = draft.sizes
     if (s["target_width"], s["vocab_size"]) != (target.config.n_embd, target.config.vocab_size):
         raise ValueError(f"the draft was built for another target ({s}); build it for this one")
+    if s["feature_layers"] > target.config.n_layer:
+        raise ValueError(
+            f"the draft reads {s['feature_layers']} of the target's blocks; this target has "
+            f"{target.config.n_layer}"
+        )
     return draft
 
 
@@ -208,6 +230,7 @@ class RecurrentProposer(_TargetFeatures):
         self.target = target
         self.vocab_size = target.config.vocab_size
         self.device = draft.out.weight.device  # the loop refuses one apart from the target
+        self.feature_layers = draft.feature_layers  # how wide the loop's features are
 
     def start(
         self,

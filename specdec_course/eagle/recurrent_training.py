@@ -44,7 +44,7 @@ __all__ = [
 
 RECURRENT_COMMAND = "specdec-course train --preset recurrent"
 RECURRENT_SHIPPED = {
-    "steps": 20_000,
+    "steps": 30_000,
     "batch_size": 512,
     "lr": 2e-3,
     "state": 128,
@@ -53,6 +53,7 @@ RECURRENT_SHIPPED = {
     "depths": 6,
     "depth_decay": 0.8,
     "kl_weight": 0.2,
+    "feature_layers": 4,
 }
 
 
@@ -61,7 +62,8 @@ def _loss_terms(draft: RecurrentDraft, target: CharGPT, f, x, w, t, depths: int)
     ar = torch.arange(depths)
     tok = x[w[:, None], t[:, None] + ar]  # [B, depths]
     q = draft.unroll(f[w, t - 1], tok).softmax(-1)
-    p = target.lm_head(f[w[:, None], t[:, None] + ar]).softmax(-1)
+    C = target.config.n_embd  # lm_head reads the last C columns of a wide feature
+    p = target.lm_head(f[w[:, None], t[:, None] + ar, -C:]).softmax(-1)
     return p, q
 
 
@@ -71,8 +73,16 @@ def recurrent_alpha_by_depth(
 ) -> list[float]:
     """Mean ``sum(min(p, q))`` at temperature 1 of the 1st .. ``depth``-th draft of a
     proposal at every position of the windows ``f [N, T, C]`` (target features) and ``x [N,
-    T]`` (ids) where ``depth`` drafts fit (module docstring): a list of ``depth`` floats."""
+    T]`` (ids) where ``depth`` drafts fit (module docstring): a list of ``depth`` floats.
+    ``f`` is as wide as the draft reads (``collect_features(..., layers=draft.
+    feature_layers)``)."""
     check_recurrent(draft, target)
+    width = draft.feature_layers * target.config.n_embd
+    if f.dim() != 3 or f.shape[-1] != width:
+        raise ValueError(
+            f"f must be [N, T, {width}] (the draft reads {draft.feature_layers} of the target's "
+            f"blocks: collect_features(..., layers={draft.feature_layers})); got {tuple(f.shape)}"
+        )
     N, T = x.shape
     check_int(depth, "depth", maximum=T - 1)
     w = torch.arange(N).repeat_interleave(T - depth)
@@ -94,6 +104,7 @@ def train_recurrent(
     depths: int = 6,
     depth_decay: float = 0.8,
     kl_weight: float = 0.2,
+    feature_layers: int = 1,
     seed: int = 0,
     n_windows: int | None = None,
     progress: bool = True,
@@ -110,12 +121,13 @@ def train_recurrent(
     for name, v in (("steps", steps), ("batch_size", batch_size)):
         check_int(v, name)
     check_int(depths, "depths", maximum=target.config.block_size - 2)
+    check_int(feature_layers, "feature_layers", maximum=target.config.n_layer)
     check_real(depth_decay, "depth_decay", low=0.0, high=1.0)
     check_real(kl_weight, "kl_weight", low=0.0)
     t0 = time.perf_counter()
     target.eval()
     with torch.inference_mode():
-        f, x = collect_features(target, train_ids, n_windows)
+        f, x = collect_features(target, train_ids, n_windows, layers=feature_layers)
     f, x = f.clone(), x.clone()  # out of inference mode
     N, T = x.shape
     if T < depths + 1:
@@ -123,7 +135,7 @@ def train_recurrent(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     draft = RecurrentDraft.for_target(
-        target, state=state, hidden=hidden, init_hidden=init_hidden
+        target, state=state, hidden=hidden, init_hidden=init_hidden, feature_layers=feature_layers
     ).train()
     frozen = [(p, p.requires_grad) for p in target.parameters()]
     for p, _ in frozen:
@@ -225,7 +237,7 @@ def train_shipped_recurrent(
     train_ids, val_ids = D.corpus_split(D.CharTokenizer(target.vocab))
     draft, seconds = train_recurrent(target, train_ids, seed=seed, progress=progress, **cfg)
     with torch.inference_mode():
-        f, x = collect_features(target, val_ids, 16)
+        f, x = collect_features(target, val_ids, 16, layers=draft.feature_layers)
     by_depth = recurrent_alpha_by_depth(draft, target, f, x)
     meta = {
         "settings": cfg,

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from .._validate import check_int
 from ..model import CharGPT, check_model
 from ..paths import checkpoints_dir
-from .draft import EagleDraft, check_eagle
+from .draft import EagleDraft, check_eagle, target_features
 
 __all__ = [
     "REBUILD_COMMAND",
@@ -52,15 +52,22 @@ CE_WEIGHT = 0.1  # EAGLE-1's weight of the token loss beside the feature regress
 
 @torch.inference_mode()
 def collect_features(
-    target: CharGPT, ids: torch.Tensor, n_windows: int | None = None, batch_size: int = 32
+    target: CharGPT,
+    ids: torch.Tensor,
+    n_windows: int | None = None,
+    batch_size: int = 32,
+    layers: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's last hidden states on fixed windows of ``ids``: ``(f [N, T, C], x [N, T])``
-    (``data.eval_windows``; all non-overlapping windows when ``n_windows`` is None)."""
+    (``data.eval_windows``; all non-overlapping windows when ``n_windows`` is None); with
+    ``layers = m > 1``, ``f [N, T, m * C]`` in ``target_features``' layout."""
     from ..data import eval_windows
 
     check_model(target, "target")
     x, _ = eval_windows(ids, target.config.block_size, n_windows)
-    fs = [target.hidden_states(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+    fs = [
+        target_features(target, x[i : i + batch_size], layers) for i in range(0, len(x), batch_size)
+    ]
     return torch.cat(fs), x
 
 

@@ -17,8 +17,10 @@ so a fresh head is the base head, and a token's contribution to the hidden layer
 table row (no embedding product at run time). It is trained on the frozen target by
 self-distillation: the label of head ``d`` at ``t`` is the target's own distribution at
 ``t + d`` (``softmax(lm_head(h(t+d)))``), on teacher-forced corpus windows, with the loss
-``sum_d 0.8^d KL(p_target || q_d)``. Forward KL is what makes sampled drafts pay: a draft
-token sampled from ``q`` is accepted with probability ``sum min(p, q) = 1 - TV(p, q)``.
+``sum_d 0.8^d (KL(p_target || q_d) + w TV(p_target, q_d))``. The TV term is what a sampled
+draft is paid in: a token sampled from ``q`` is accepted with probability ``sum min(p, q)
+= 1 - TV(p, q)``; the KL term keeps a gradient where ``q`` has no mass yet. The shipped
+heads take ``w = 5`` and 512 hidden units (``training.HYDRA_TV_WEIGHT``, ``HYDRA_HIDDEN``).
 
 Because a head's guesses now depend on the path above them, a tree's tokens are guessed
 depth by depth, every parent of a depth in one batch (``generate``'s guesser does that);
@@ -146,21 +148,29 @@ class HydraHeads(nn.Module):
 
 
 def hydra_loss(
-    logits: torch.Tensor, teacher: torch.Tensor, decay: float = LOSS_DECAY
+    logits: torch.Tensor, teacher: torch.Tensor, decay: float = LOSS_DECAY, tv_weight: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``sum_d decay^d KL(teacher_d || softmax(logits_d))`` and the per-head KL ``[K]``.
+    """``sum_d decay^d (KL(teacher_d || q_d) + tv_weight * TV(teacher_d, q_d))``, ``q_d =
+    softmax(logits_d)``, and the per-head KL ``[K]``.
 
     ``logits [K, B, V]`` (from ``HydraHeads``), ``teacher [K, B, V]`` the target's logits at
-    the positions the heads predict. Raises ValueError for mismatched shapes."""
+    the positions the heads predict. ``TV = 1 - sum min(p, q)`` is one minus the acceptance
+    of a token sampled from the head: the shipped heads weight it 5 to KL's 1
+    (``training.HYDRA_TV_WEIGHT``; KL keeps a gradient where ``q`` has no mass yet). Raises
+    ValueError for mismatched shapes."""
     if logits.shape != teacher.shape or logits.dim() != 3:
         raise ValueError(
             f"logits and teacher must both be [K, B, V]; got {tuple(logits.shape)} and "
             f"{tuple(teacher.shape)}"
         )
     logp = F.log_softmax(teacher, -1)
-    kl = (logp.exp() * (logp - F.log_softmax(logits, -1))).sum(-1).mean(-1)  # [K]
+    logq = F.log_softmax(logits, -1)
+    kl = (logp.exp() * (logp - logq)).sum(-1).mean(-1)  # [K]
     w = loss_weights(logits.shape[0], decay).to(kl)
-    return (w * kl).sum(), kl
+    if not tv_weight:
+        return (w * kl).sum(), kl
+    tv = 1.0 - torch.minimum(logp.exp(), logq.exp()).sum(-1).mean(-1)
+    return (w * (kl + tv_weight * tv)).sum(), kl
 
 
 def _batch(h, x, w, t, K, lm_head):
@@ -184,6 +194,7 @@ def train_hydra(
     seed: int = 0,
     progress: bool = True,
     log_every: int = 0,
+    tv_weight: float = 0.0,
 ) -> tuple[HydraHeads, dict, float]:
     """Train Hydra heads on the frozen ``target`` by self-distillation.
 
@@ -221,7 +232,7 @@ def train_hydra(
         w = torch.randint(N, (batch_size,), generator=gen)
         t = torch.randint(span, (batch_size,), generator=gen)
         hb, tok, teacher = _batch(h, x, w, t, n_heads, lambda v: v @ lm_w.t())
-        loss, kl = hydra_loss(heads(hb, tok), teacher)
+        loss, kl = hydra_loss(heads(hb, tok), teacher, tv_weight=tv_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

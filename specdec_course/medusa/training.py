@@ -264,8 +264,10 @@ def load_heads(
     return heads
 
 
-HYDRA_STEPS = 5000
+HYDRA_STEPS = 10_000
 HYDRA_HEADS = 5
+HYDRA_HIDDEN = 512
+HYDRA_TV_WEIGHT = 5.0
 
 
 def train_shipped_hydra(
@@ -290,6 +292,8 @@ def train_shipped_hydra(
         target,
         hidden,
         n_heads=HYDRA_HEADS,
+        hidden=HYDRA_HIDDEN,
+        tv_weight=HYDRA_TV_WEIGHT,
         steps=steps,
         seed=seed,
         log_every=log_every,
@@ -303,6 +307,7 @@ def train_shipped_hydra(
         "steps": steps,
         "seed": seed,
         "batch_size": 2048,
+        "tv_weight": HYDRA_TV_WEIGHT,
         "threads": torch.get_num_threads(),
         "train_seconds": round(time.perf_counter() - t0, 1),
         "params": sum(p.numel() for p in heads.parameters()),

@@ -140,11 +140,16 @@ class LeanStep:
         if out is not None:
             torch.mm(h, self.w_t, out=out)
 
-    def hidden(self, tok, cache: KVCache, pos=None, bias=None, *, need: bool = True):
+    def hidden(
+        self, tok, cache: KVCache, pos=None, bias=None, *, need: bool = True, layers: int = 1
+    ):
         """The last hidden states ``[T, n_embd]`` (after the final LayerNorm) of ``tok``,
         extending ``cache``; ``pos`` (int64 ``[T]``) and ``bias`` (additive float ``[T,
         cache.length + T]``) replace the next positions and the causal mask, as
-        ``decode_hidden``'s (a Medusa tree pass). ``need=False`` skips the final norm."""
+        ``decode_hidden``'s (a Medusa tree pass). ``need=False`` skips the final norm.
+        ``layers = m > 1`` returns ``[T, m * n_embd]``: the outputs of the ``m - 1`` blocks
+        before the last, each LayerNorm-ed without weights, then the last hidden state
+        (``eagle.target_features``' layout)."""
         C, nh, hs = self.C, self.nh, self.hs
         T = tok.shape[0]
         start = cache.length
@@ -152,9 +157,12 @@ class LeanStep:
         if bias is None:
             bias = None if T == 1 else self.causal[start:end, :end]
         x, qkv = self._first(tok, start, pos)
-        for (ck, cv), (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in zip(
-            self._views(cache), self.layers
+        wide, first_kept = [], len(self.layers) - layers
+        for i, ((ck, cv), (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b)) in enumerate(
+            zip(self._views(cache), self.layers)
         ):
+            if i > first_kept:  # the previous block's output, for a wide feature
+                wide.append(F.layer_norm(x, (C,)))
             if qkv is None:
                 qkv = _heads(torch.addmm(ab, F.layer_norm(x, (C,), l1w, l1b), aw), T, nh, hs)
             ck[:, :, start:end] = qkv[1]
@@ -166,7 +174,10 @@ class LeanStep:
             qkv = None
             x = mlp_residual(x + torch.addmm(pb, y, pw), C, l2w, l2b, fw, fb, f2w, f2b)
         cache.length = end
-        return F.layer_norm(x, (C,), self.lnf_w, self.lnf_b) if need else None
+        if not need:
+            return None
+        out = F.layer_norm(x, (C,), self.lnf_w, self.lnf_b)
+        return torch.cat([*wide, out], -1) if wide else out
 
 
 def mlp_residual(x, C: int, l2w, l2b, fw, fb, f2w, f2b) -> torch.Tensor:
