@@ -150,7 +150,9 @@ def target_features(target: CharGPT, idx: torch.Tensor, layers: int = 1) -> torc
         return target.hidden_states(idx)
     target._check_idx(idx, None)
     tr = target.transformer
-    x = tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1], device=idx.device))
+    x = tr.drop(
+        tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1], device=idx.device))
+    )  # as hidden_states
     wide = []
     for i, block in enumerate(tr.h):
         if i > L - layers:

@@ -230,7 +230,11 @@ class RecurrentProposer(_TargetFeatures):
         self.target = target
         self.vocab_size = target.config.vocab_size
         self.device = draft.out.weight.device  # the loop refuses one apart from the target
-        self.feature_layers = draft.feature_layers  # how wide the loop's features are
+
+    @property
+    def feature_layers(self) -> int:
+        """How wide the features the loop passes are: the draft's (``target_features``)."""
+        return self.draft.feature_layers
 
     def start(
         self,

@@ -165,11 +165,12 @@ def hydra_loss(
         )
     logp = F.log_softmax(teacher, -1)
     logq = F.log_softmax(logits, -1)
-    kl = (logp.exp() * (logp - logq)).sum(-1).mean(-1)  # [K]
+    p = logp.exp()
+    kl = (p * (logp - logq)).sum(-1).mean(-1)  # [K]
     w = loss_weights(logits.shape[0], decay).to(kl)
     if not tv_weight:
         return (w * kl).sum(), kl
-    tv = 1.0 - torch.minimum(logp.exp(), logq.exp()).sum(-1).mean(-1)
+    tv = 1.0 - torch.minimum(p, logq.exp()).sum(-1).mean(-1)
     return (w * (kl + tv_weight * tv)).sum(), kl
 
 
