@@ -167,34 +167,30 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 class _HostCell:
     """The draft's steps in NumPy (CPU, float32 / float64): weights transposed once per
-    generation; ``A``'s bias is folded into the per-proposal context term."""
+    generation. The three products that read the feature (``P``, ``G``, ``M1``) are one
+    product with the weights side by side, and ``A``'s bias is folded into the context
+    term's, so a proposal's start costs two products and a drafted token three."""
 
     def __init__(self, d: RecurrentDraft):
         with torch.no_grad():
-            self.S = d.sizes["state"]
-            self.P, self.bP = _np(d.P.weight), d.P.bias.numpy()
-            self.G = _np(d.G.weight)
-            self.M1, self.bM1 = _np(d.M1.weight), d.M1.bias.numpy()
+            self.S, self.H = d.sizes["state"], d.sizes["hidden"]
+            self.F = np.concatenate([_np(d.P.weight), _np(d.G.weight), _np(d.M1.weight)], 1)
+            self.bF = np.concatenate([d.P.bias.numpy(), d.A.bias.numpy(), d.M1.bias.numpy()])
             self.M2, self.bM2 = _np(d.M2.weight), d.M2.bias.numpy()
-            self.A, self.bA = _np(d.A.weight), d.A.bias.numpy()
+            self.A = _np(d.A.weight)
             self.E = d.E.weight.detach().numpy()
             self.B, self.bB = _np(d.B.weight), d.B.bias.numpy()
             self.W, self.bW = _np(d.out.weight), d.out.bias.numpy()
 
     def begin(self, f):
-        m = np.dot(f, self.M1)
-        m += self.bM1
-        np.maximum(m, 0.0, out=m)
+        z = np.dot(f, self.F)
+        z += self.bF
+        SH = self.S + self.H
+        m = np.maximum(z[SH:], 0.0)
         m = np.dot(m, self.M2)
         m += self.bM2
-        S = self.S
-        s = np.dot(f, self.P)
-        s += self.bP
-        s += m[:S]
-        c = np.dot(f, self.G)
-        c += self.bA
-        c += m[S:]
-        return s, c
+        z[:SH] += m
+        return z[: self.S], z[self.S : SH]
 
     def step(self, s, c, tok: int, out):
         """The next state; its logits go to ``out [V]``."""
