@@ -39,6 +39,7 @@ __all__ = [
     "estimate_loss",
     "train",
     "next_token_probs",
+    "window_features",
     "PairStats",
     "pair_stats",
     "train_preset",
@@ -231,6 +232,26 @@ def next_token_probs(model: CharGPT, x: torch.Tensor, temperature: float = 1.0) 
     if temperature == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).double()
     return F.softmax(logits / temperature, dim=-1)
+
+
+def window_features(
+    target: CharGPT,
+    ids: torch.Tensor,
+    n_windows: int | None = None,
+    batch_size: int = 32,
+    features=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A frozen target's features on fixed windows of ``ids``, computed once for a draft's
+    or heads' training: ``(f [N, T, ...], x [N, T])``. Windows are ``data.eval_windows``
+    (all non-overlapping ones when ``n_windows`` is None), run ``batch_size`` at a time
+    through ``features(target, x)`` (default: ``target.hidden_states``)."""
+    check_model(target, "target")
+    check_int(batch_size, "batch_size")
+    x, _ = D.eval_windows(ids, target.config.block_size, n_windows)
+    if features is None:
+        features = type(target).hidden_states
+    fs = [features(target, x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+    return torch.cat(fs), x
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ draft's depth.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from torch.nn import functional as F
 from .._validate import check_int
 from ..model import CharGPT, check_model
 from ..paths import checkpoints_dir
+from ..train import window_features
 from .draft import EagleDraft, check_eagle, target_features
 
 __all__ = [
@@ -61,14 +63,9 @@ def collect_features(
     """The target's last hidden states on fixed windows of ``ids``: ``(f [N, T, C], x [N, T])``
     (``data.eval_windows``; all non-overlapping windows when ``n_windows`` is None); with
     ``layers = m > 1``, ``f [N, T, m * C]`` in ``target_features``' layout."""
-    from ..data import eval_windows
-
-    check_model(target, "target")
-    x, _ = eval_windows(ids, target.config.block_size, n_windows)
-    fs = [
-        target_features(target, x[i : i + batch_size], layers) for i in range(0, len(x), batch_size)
-    ]
-    return torch.cat(fs), x
+    return window_features(
+        target, ids, n_windows, batch_size, functools.partial(target_features, layers=layers)
+    )
 
 
 def eagle_loss(

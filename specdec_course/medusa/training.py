@@ -20,6 +20,7 @@ import torch
 from .._validate import check_int
 from ..model import CharGPT, check_model
 from ..paths import checkpoints_dir
+from ..train import window_features
 from .heads import DEFAULT_HEADS, MedusaHeads, check_heads, medusa_loss
 from .hydra import HydraHeads, hydra_acceptance, train_hydra
 
@@ -35,12 +36,7 @@ def collect_hidden(
     Windows are ``data.eval_windows`` (non-overlapping when ``n_windows`` is None). The target
     is frozen during head training, so its hidden states are computed once and reused.
     """
-    from ..data import eval_windows
-
-    check_model(target, "target")
-    x, _ = eval_windows(ids, target.config.block_size, n_windows)
-    hs = [target.hidden_states(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
-    return torch.cat(hs), x
+    return window_features(target, ids, n_windows, batch_size)
 
 
 @torch.inference_mode()
