@@ -279,3 +279,31 @@ def test_bench_eagle_writes_its_json_and_train_refuses_model_options(tmp_path, m
     assert "--init-from does not apply to --preset eagle" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="bench eagle"):
         bench.load_eagle_results(tmp_path / "none")
+
+
+def test_data_readme_gives_the_shipped_eagle_drafts_figures_from_its_record(shipped):
+    # data/README's EAGLE-style paragraph against the checkpoint's own training record, and
+    # the draft model's figure beside it recomputed on the same validation windows.
+    from specdec_course import data as D
+    from specdec_course.eagle import collect_features
+    from specdec_course.paths import data_dir
+
+    target, draft = shipped
+    meta = draft.meta
+    text = " ".join((data_dir() / "README.md").read_text().split())
+    section = text.split("## The EAGLE-style draft")[1].split("## ")[0]
+    assert f"({meta['params']:,} parameters" in text
+    assert f"about {meta['train_seconds'] / 60:.0f} minutes on one" in section
+    for st, secs in zip(meta["stages"], meta["stage_seconds"], strict=True):
+        assert f"{st['steps']:,} steps" in section and f"{secs:,.0f} s" in section
+        assert f"learning rate {st['lr']:.0e}".replace("e-0", "e-") in section
+    assert f"{meta['positions'] / 1e6:.1f} million positions" in section
+    alphas = ", ".join(f"{a:.3f}" for a in meta["alpha_by_depth"])
+    assert f"at temperature 1 {alphas} (" in section
+    _, val_ids = D.corpus_split(D.CharTokenizer(target.vocab))
+    with torch.inference_mode():
+        _, x = collect_features(target, val_ids, 16)
+        plain = load_pretrained("draft")
+        p, q = target(x).double().softmax(-1), plain(x).double().softmax(-1)
+        ov = p.minimum(q).sum(-1)[:, 1:]
+    assert f"; the draft model: {float(ov.mean()):.3f} at every position" in section

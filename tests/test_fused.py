@@ -490,3 +490,24 @@ def test_the_shipped_head_records_its_training_and_beats_the_draft_model(shipped
     gain = [a - b for a, b in zip(by_depth, draft_by_depth)]
     assert gain[0] > gain[1] > gain[2] > gain[-1]
     assert all(a >= b for a, b in zip(by_depth, draft_by_depth)), (by_depth, draft_by_depth)
+
+
+def test_data_readme_gives_the_shipped_fused_heads_figures_from_its_record(shipped):
+    from specdec_course.paths import data_dir
+
+    head = shipped[2]
+    meta, s = head.meta, head.meta["settings"]
+    text = " ".join((data_dir() / "README.md").read_text().split())
+    section = text.split("## The fused EAGLE-style draft")[1].split("## ")[0]
+    assert f"({meta['params']:,} parameters" in text
+    assert f"{meta['train_seconds']:.0f} s on one" in section
+    assert f"then {s['steps']:,} AdamW steps" in section
+    assert f"on {s['batch_size']:,} random" in section
+    assert f"with weight {s['depth_decay']}^(d − 1)" in section
+    assert f"{meta['positions'] / 1e6:.1f} million samples" in section
+    assert f"rank {s['rank']}, an MLP of {s['hidden']} units" in section
+    alphas = ", ".join(f"{a:.3f}" for a in meta["alpha_by_depth"])
+    assert f"at temperature 1: {alphas}, against" in section
+    plain = meta["draft_alpha_by_depth"]
+    assert f"the draft model's {min(plain):.3f} at every depth" in section
+    assert f"{max(plain):.3f}" == f"{min(plain):.3f}"  # "at every depth" holds to 3 places
