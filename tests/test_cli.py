@@ -190,14 +190,23 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     e1 = bench.load_eagle_results()["runs"][0]
     assert e1["temperature"] == 1.0
     rec, dm = e1["methods"]["recurrent"], e1["methods"]["draft"]
+    others = [e1["methods"][m]["best_speedup"] for m in ("eagle", "fused", "draft")]
+    assert "is the fastest of the EAGLE-style drafts" in readme
+    assert rec["best_speedup"] > max(others)
     assert (
         f"it reaches {rec['best_speedup']:.2f}x (k = {rec['best_k']}) at temperature 1 against "
         f"the draft model's {dm['best_speedup']:.2f}x (k = {dm['best_k']}) in the same run"
         in readme
     )
     assert "k = 1 .. 16" in readme and [r["k"] for r in rec["rows"]] == list(range(1, 17))
-    k = rec["best_k"]  # "about half the draft model's cost per drafted token"
-    assert 0.35 < rec["rows"][k - 1]["c"] / dm["rows"][k - 1]["c"] < 0.65
+    # "at a lower cost per drafted token than the draft model's over long proposals"
+    assert all(r["c"] < d["c"] for r, d in zip(rec["rows"][5:], dm["rows"][5:]))
+    # "accepted at least 0.03 more often at every depth": the shipped draft's record
+    from specdec_course.eagle import load_recurrent
+    from specdec_course.model import load_pretrained
+
+    meta = load_recurrent(target=load_pretrained("target")).meta
+    assert all(a > b + 0.03 for a, b in zip(meta["alpha_by_depth"], meta["draft_alpha_by_depth"]))
     # ... and the same with the target's steps in NumPy, in both runs (model.host).
     lean = bench.load_speedup_results(name="speedup_cpu_numpy")
     assert "--target-executor numpy" in lean["command"]

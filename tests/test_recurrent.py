@@ -505,10 +505,9 @@ def test_the_shipped_draft_records_its_training(shipped_draft):
     assert meta["positions"] == s["steps"] * s["batch_size"] * s["depths"]
     plain = meta["draft_alpha_by_depth"]
     assert len(plain) == 8 and all(isinstance(a, float) and 0 < a < 1 for a in plain)
-    # Above the draft model at every depth, on the same positions, and by at least 0.03 on
-    # the first three drafts (the wide feature's gain fades with depth: data/README.md).
-    assert all(a > b for a, b in zip(by_depth, plain))
-    assert all(a > b + 0.03 for a, b in zip(by_depth[:3], plain[:3]))
+    # Above the draft model by at least 0.03 at every depth, on the same positions (the
+    # issue's bar; data/README.md prints both lists).
+    assert all(a > b + 0.03 for a, b in zip(by_depth, plain))
     assert meta["params"] == sum(p.numel() for p in shipped_draft.parameters())
     ck = torch.load(checkpoints_dir() / "recurrent.pt", map_location="cpu", weights_only=True)
     assert ck["meta"] == meta and ck["sizes"] == shipped_draft.sizes
@@ -523,6 +522,13 @@ def test_data_readme_gives_the_shipped_drafts_figures_from_its_record(shipped_dr
     assert f"{meta['train_seconds']:.0f} s on one thread" in section
     assert f"{s['steps']:,} AdamW steps" in section and f"{s['batch_size']} random" in section
     assert f"the outputs of the {s['feature_layers'] - 1} blocks before the last" in section
+    assert f"unrolled {s['depths']} drafts deep" in section
+    assert f"+ {s['kl_weight']} KL(p ‖ q), depth d weighted {s['depth_decay']}^(d − 1)" in section
+    assert f"{meta['positions'] / 1e6:.0f} million scored drafts" in section
+    assert f"a state of {s['state']}, a cell of {s['hidden']} units" in section
+    assert f"MLP of {s['init_hidden']} units" in section
+    size = (checkpoints_dir() / "recurrent.pt").stat().st_size
+    assert f"parameters, {size / 1e6:.1f} MB)" in text
     alphas = ", ".join(f"{a:.3f}" for a in meta["alpha_by_depth"])
     assert f"at temperature 1: {alphas}, against the draft model's" in section
     plain = meta["draft_alpha_by_depth"]

@@ -27,8 +27,9 @@ the later drafts need (EAGLE-3, Li et al. 2025, fuses low, middle and high layer
 same reason). Only ``P``, ``G`` and ``M1``, once per proposal, read it; a drafted token
 costs the same.
 
-Three small products a token (about a third of the draft model's step on the course's CPU,
-``bench eagle`` measures it in the loop), no cache, nothing to catch up. The design is
+Three small products a token, no cache, nothing to catch up (``bench eagle`` measures its
+cost in the loop: below the draft model's step over long proposals, above it at k = 1,
+where the products over the feature are not shared out). The design is
 ReDrafter's (Cheng et al. 2024, arXiv:2403.09919: a recurrent draft head conditioned on
 the target's last hidden state) in EAGLE's terms: the state starts from the target's
 feature, and the token input resolves which token was drawn.
