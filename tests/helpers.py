@@ -142,3 +142,14 @@ def sequence_codes(seqs: torch.Tensor, V: int) -> torch.Tensor:
     for c in range(seqs.shape[1]):
         code = code * V + seqs[:, c]
     return code
+
+
+def data_readme(heading: str | None = None) -> tuple[str, str]:
+    """data/README.md with its whitespace collapsed, and the section under ``## heading``
+    (up to the next ``## ``; the whole text when ``heading`` is None): ``(text, section)``."""
+    from specdec_course.paths import data_dir
+
+    text = " ".join((data_dir() / "README.md").read_text().split())
+    if heading is None:
+        return text, text
+    return text, text.split(f"## {heading}")[1].split("## ")[0]

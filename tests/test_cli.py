@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import data_readme
 
 from specdec_course import bench, cli, medusa, theory
 from specdec_course.data import CharTokenizer
@@ -203,7 +204,6 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     assert all(r["c"] < d["c"] for r, d in zip(rec["rows"][5:], dm["rows"][5:]))
     # "accepted at least 0.03 more often at every depth": the shipped draft's record
     from specdec_course.eagle import load_recurrent
-    from specdec_course.model import load_pretrained
 
     meta = load_recurrent(target=load_pretrained("target")).meta
     assert all(a > b + 0.03 for a, b in zip(meta["alpha_by_depth"], meta["draft_alpha_by_depth"]))
@@ -232,8 +232,7 @@ def test_data_readme_gives_the_stored_cpu_benchs_best_figures():
         "fused": "the fused draft",
         "recurrent": "the recurrent draft",
     }
-    text = " ".join((ROOT / "data" / "README.md").read_text().split())
-    section = text.split("## Measured speedup on a CPU")[1].split("## ")[0]
+    _, section = data_readme("Measured speedup on a CPU")
     rec = bench.load_speedup_results()
     assert f"`{rec['command']}`" in section
     for res in rec["results"]:

@@ -11,7 +11,7 @@ Greedy identity runs on the shipped target with the shipped ``eagle.pt``.
 
 import pytest
 import torch
-from helpers import exact_sequence_law, sequence_codes, tiny_model
+from helpers import data_readme, exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer
@@ -285,13 +285,11 @@ def test_data_readme_gives_the_shipped_eagle_drafts_figures_from_its_record(ship
     # data/README's EAGLE-style paragraph against the checkpoint's own training record, and
     # the draft model's figure beside it recomputed on the same validation windows.
     from specdec_course import data as D
-    from specdec_course.eagle import collect_features
-    from specdec_course.paths import data_dir
+    from specdec_course.eagle import collect_features, draft_model_alpha_by_depth
 
     target, draft = shipped
     meta = draft.meta
-    text = " ".join((data_dir() / "README.md").read_text().split())
-    section = text.split("## The EAGLE-style draft")[1].split("## ")[0]
+    text, section = data_readme("The EAGLE-style draft")
     assert f"({meta['params']:,} parameters" in text
     assert f"about {meta['train_seconds'] / 60:.0f} minutes on one" in section
     for st, secs in zip(meta["stages"], meta["stage_seconds"], strict=True):
@@ -303,7 +301,6 @@ def test_data_readme_gives_the_shipped_eagle_drafts_figures_from_its_record(ship
     _, val_ids = D.corpus_split(D.CharTokenizer(target.vocab))
     with torch.inference_mode():
         _, x = collect_features(target, val_ids, 16)
-        plain = load_pretrained("draft")
-        p, q = target(x).double().softmax(-1), plain(x).double().softmax(-1)
-        ov = p.minimum(q).sum(-1)[:, 1:]
-    assert f"; the draft model: {float(ov.mean()):.3f} at every position" in section
+    # depth 1 scores every position from the second: those eagle_alpha_by_depth's p is at
+    (plain,) = draft_model_alpha_by_depth(load_pretrained("draft"), target, x, depth=1)
+    assert f"; the draft model: {plain:.3f} at every position" in section

@@ -18,7 +18,7 @@ missing, and fail when it no longer loads (a head trained on other models or siz
 
 import pytest
 import torch
-from helpers import exact_sequence_law, sequence_codes, tiny_model
+from helpers import data_readme, exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer
@@ -493,12 +493,9 @@ def test_the_shipped_head_records_its_training_and_beats_the_draft_model(shipped
 
 
 def test_data_readme_gives_the_shipped_fused_heads_figures_from_its_record(shipped):
-    from specdec_course.paths import data_dir
-
     head = shipped[2]
     meta, s = head.meta, head.meta["settings"]
-    text = " ".join((data_dir() / "README.md").read_text().split())
-    section = text.split("## The fused EAGLE-style draft")[1].split("## ")[0]
+    text, section = data_readme("The fused EAGLE-style draft")
     assert f"({meta['params']:,} parameters" in text
     assert f"{meta['train_seconds']:.0f} s on one" in section
     assert f"then {s['steps']:,} AdamW steps" in section

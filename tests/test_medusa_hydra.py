@@ -14,7 +14,7 @@ asserts from the result object that its false-failure rate is below 1e-6.
 
 import pytest
 import torch
-from helpers import assert_fits_joint3, exact_sequence_law, peaky_model
+from helpers import assert_fits_joint3, data_readme, exact_sequence_law, peaky_model
 
 from specdec_course import decoding, medusa, stats
 from specdec_course.medusa.guess import hydra_top, sampler
@@ -279,7 +279,6 @@ def test_shipped_hydra_heads_load_with_weights_only(shipped):
 
 
 def test_data_readme_gives_the_shipped_hydra_heads_figures_from_their_meta():
-    from pathlib import Path
 
     from specdec_course.model import load_pretrained
 
@@ -290,8 +289,7 @@ def test_data_readme_gives_the_shipped_hydra_heads_figures_from_their_meta():
     m = heads.meta
     assert heads.hidden == m["hidden"] == medusa.training.HYDRA_HIDDEN
     assert m["tv_weight"] == medusa.training.HYDRA_TV_WEIGHT
-    readme = Path(__file__).resolve().parent.parent / "data" / "README.md"
-    text = " ".join(readme.read_text().split())
+    text, _ = data_readme()
     assert f"holds {m['n_heads']} Hydra heads" in text
     assert f"and {m['n_heads']} Hydra heads ({m['params']:,} parameters)" in text
     assert f"{m['hidden']}-wide SiLU layer; {m['steps']:,} AdamW steps" in text

@@ -21,7 +21,7 @@ import re
 
 import pytest
 import torch
-from helpers import exact_sequence_law, sequence_codes, tiny_model
+from helpers import data_readme, exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer
@@ -44,7 +44,7 @@ from specdec_course.eagle import draft as draft_module
 from specdec_course.eagle import recurrent as recurrent_module
 from specdec_course.eagle.recurrent import _HostCell
 from specdec_course.eagle.recurrent_training import _loss_terms
-from specdec_course.paths import checkpoints_dir, data_dir
+from specdec_course.paths import checkpoints_dir
 from specdec_course.sampling import SamplingOptions
 
 RUNS, LENGTH = 3_000, 3
@@ -516,8 +516,7 @@ def test_the_shipped_draft_records_its_training(shipped_draft):
 
 def test_data_readme_gives_the_shipped_drafts_figures_from_its_record(shipped_draft):
     meta, s = shipped_draft.meta, shipped_draft.meta["settings"]
-    text = " ".join((data_dir() / "README.md").read_text().split())
-    section = text.split("## The recurrent EAGLE-style draft")[1].split("## ")[0]
+    text, section = data_readme("The recurrent EAGLE-style draft")
     assert f"({meta['params']:,} parameters" in text
     assert f"{meta['train_seconds']:.0f} s on one thread" in section
     assert f"{s['steps']:,} AdamW steps" in section and f"{s['batch_size']} random" in section
