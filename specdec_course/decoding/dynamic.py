@@ -22,6 +22,9 @@ drafts before deciding how many to keep (the tests and lesson 08 show a chi-squa
 Policies (objects with ``start(k_max)``, ``next_k() -> int`` and ``update(drafted,
 accepted)``):
 
+``FixedK``
+    ``k_max`` every time: the loop's default, a fixed ``k``.
+
 ``HeuristicK``
     Hugging Face's ``num_assistant_tokens_schedule="heuristic"``: +2 after an iteration that
     accepted every draft, -1 (to at least 1) otherwise.
@@ -39,7 +42,7 @@ from typing import Protocol, runtime_checkable
 from .. import theory
 from .._validate import check_int, check_real, is_int
 
-__all__ = ["KPolicy", "HeuristicK", "ControllerK", "check_policy"]
+__all__ = ["KPolicy", "FixedK", "HeuristicK", "ControllerK", "check_policy"]
 
 
 @runtime_checkable
@@ -84,6 +87,21 @@ class _Checked:
             f"k_policy {self.policy!r}: next_k() returned {k!r} ({type(k).__name__}); it must "
             "return an int >= 0, the number of drafts to ask for next"
         )
+
+
+class FixedK:
+    """No policy: ``k_max`` drafts every time (``speculative_generate``'s default)."""
+
+    __slots__ = ("k",)
+
+    def start(self, k_max: int) -> None:
+        self.k = k_max
+
+    def next_k(self) -> int:
+        return self.k
+
+    def update(self, drafted: int, accepted: int) -> None:
+        pass
 
 
 class HeuristicK:

@@ -12,37 +12,42 @@ scores ``k + 1`` positions. After verification accepts ``a`` drafts, ``n`` grows
 drafts) are simply overwritten by the next call. The proposer is told ``n`` and rolls back
 its own state (the draft model crops its cache the same way).
 
-The loop is lean on purpose (on a CPU at batch 1 every tensor op costs microseconds, and a
-draft step costs about a hundred): one cached forward per draft token, one per target call,
-the batch-1 verifier ``verifier.rejection_sample_row`` (a dozen ops and one transfer to
-Python), and pointer moves. ``timings=True`` splits the wall time into the prefill (the
-proposer's start and the target's prompt), draft, target, verify and the rest.
+The loop reads as Algorithm 1: propose, one target call, verify, commit and crop, record.
+What is not the algorithm is a collaborator chosen once per run, each in its own module:
+
+- ``scoring``: how the target scores the pending token and the drafts (its eager lean step,
+  NumPy after ``use_numpy``, CUDA-graph replays, or split at the features for a proposer
+  that reads them), with its cache and its input buffer;
+- ``row_verifier``: how a row is verified (greedy; the token rule
+  ``verifier.rejection_sample_row``; the block rule ``block_verifier.block_verify_row``),
+  with the random numbers it consumes;
+- ``dynamic``: how many drafts to ask for (a fixed ``k``, or a ``k_policy``);
+- ``recorder``: ``SpecStats``, the seconds per stage with ``timings`` (the prefill, draft,
+  target, verify and the rest) and the ``on_iteration`` callback.
+
+Lesson 04 writes the same loop in cells, with tensors only; the package's commits go
+through NumPy views on a CPU, where a tensor's item write costs microseconds.
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from .. import devices
 from .._validate import check_generator, check_int, check_proposer_fits
 from ..block_verifier import block_verify_row
 from ..devices import check_same_device, with_native_cpu_kernels
 from ..model import CharGPT
-from ..sampling import NoiseBlocks, SamplingOptions, uniform_open_closed
+from ..sampling import SamplingOptions
 from ..verifier import rejection_sample_row
-from .dynamic import check_policy
-from .graphs import steps_for
+from .dynamic import FixedK, check_policy
 from .plain import check_prompt
-from .proposer import ModelProposer, as_proposer
+from .proposer import as_proposer
+from .recorder import Recorder
+from .row_verifier import row_verifier
+from .scoring import target_scorer
 from .stats import SpecStats
 
 __all__ = ["speculative_generate"]
-
-# Noise rows drawn at a time (``sampling.NoiseBlocks``): an iteration uses one for the race,
-# and a run of 200 new tokens takes 40 to 100 iterations.
-_BLOCK = 32
 
 
 @with_native_cpu_kernels
@@ -105,158 +110,73 @@ def speculative_generate(
     that observes the target; and, during the run, a ``k_policy`` whose ``next_k()`` is not
     an int >= 0.
     """
-    wall = timings if callable(timings) else time.perf_counter
-    wall0 = wall()
+    rec = Recorder(k, timings, on_iteration)  # counts, seconds per stage, callbacks
+    ids, proposer, policy = _checked(
+        target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_policy, cuda_graphs
+    )
+    smp = SamplingOptions(temperature, top_k, top_p)
+    dev = target.lm_head.weight.device
+    n = ids.numel()
+    end = n + max_new_tokens
+    out = torch.empty(end, dtype=torch.long, device=dev)
+    out[:n] = ids
+    if max_new_tokens == 0:
+        return out, rec.stats
+    k = min(k, max_new_tokens - 1)  # never more drafts than could be kept: k' in the docstring
+    # Chosen once: how the target scores (its step, its cache, and its input, whose draft
+    # slots the proposer writes) and how a row is verified (the token rule or the block
+    # rule, with the random numbers it will use, drawn now).
+    scorer = target_scorer(target, proposer, k, cuda_graphs)
+    rule = rejection_sample_row if verify == "token" else block_verify_row
+    verifier = row_verifier(rule, smp, target, scorer.drafts, max_new_tokens, generator)
+    rec.start(dev)
+    proposer.start(out, n, smp, generator, max_new_tokens, k)
+    scorer.prefill(out, n)  # the prompt but its last token, which is pending
+    rec.lap("prefill")
+    policy.start(k)
+    # Commits write through NumPy views on a CPU (a tensor item write costs microseconds).
+    seq, drafts = (
+        (out.numpy(), scorer.drafts.numpy()) if dev.type == "cpu" else (out, scorer.drafts)
+    )
+    while n < end:
+        rec.tick()
+        # --- 1. propose: up to k tokens after out[:n], and the q each was drawn from
+        kk, q = min(k, end - n - 1, policy.next_k()), None  # never drafts that cannot be kept
+        if kk:
+            kk, q = proposer.propose(out, n, kk, scorer.drafts)
+        rec.lap("draft")
+        # --- 2. score: one target call over the pending token and the kk drafts (p_1 .. p_kk+1)
+        logits = scorer(kk)
+        rec.lap("target")
+        # --- 3. verify: a drafts accepted, then one token of the target's (recovered or bonus)
+        a, token = verifier(kk, q, logits)
+        rec.lap("verify")
+        # --- 4. commit the accepted drafts and the token; the caches roll back to them
+        seq[n : n + a] = drafts[:a]
+        seq[n + a] = token
+        n += a + 1
+        scorer.commit(n, token)  # the next call's pending token; its cache cropped to n - 1
+        proposer.commit(out, n)
+        # --- 5. record: the policy and the recorder see the outcome
+        policy.update(kk, a)
+        rec.record(kk, a, out, n, scorer.cache, proposer)
+    return out, rec.finish(max_new_tokens)
+
+
+def _checked(target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_policy, graphs):
+    # The entry checks: the prompt (as 1-D ids), the draft as a proposer that fits the
+    # target, the options, and the k policy (a fixed k when none is given).
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
-    proposer = as_proposer(draft, cuda_graphs=cuda_graphs)
+    proposer = as_proposer(draft, cuda_graphs=graphs)
     check_proposer_fits(proposer, target)
     if isinstance(draft, CharGPT):
         check_prompt(draft, ids, max_new_tokens, "draft")
     dev = target.lm_head.weight.device
     if getattr(proposer, "device", dev) != dev:
         check_same_device("the draft", proposer.device, "the target", dev)
-    V = target.config.vocab_size
     check_int(k, "k (drafts per iteration)")
     check_generator(generator)
     if verify not in ("token", "block"):
         raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
-    policy = None if k_policy is None else check_policy(k_policy)
-    smp = SamplingOptions(temperature, top_k, top_p)
-    greedy = smp.greedy
-    n = ids.numel()
-    end = n + max_new_tokens
-    out = torch.empty(end, dtype=torch.long, device=dev)
-    out[:n] = ids
-    stats = SpecStats(k=k)
-    if max_new_tokens == 0:
-        return out, stats
-    k = min(k, max_new_tokens - 1)  # never more drafts than could be kept: k' in the docstring
-
-    host = dev.type == "cpu"  # CPU tensors are written and read through NumPy views
-    U = None if greedy else uniform_open_closed((max_new_tokens, k), generator=generator).tolist()
-    # One Exp(1) row per iteration for the race, drawn in blocks as iterations use them.
-    R = None
-    if not greedy:
-        R = NoiseBlocks(V, max_new_tokens, block=_BLOCK, generator=generator, device=dev, host=host)
-    clock = (timings if callable(timings) else devices.clock(dev)) if timings else None
-    t_pre = clock() if clock else 0.0  # the prefill: the proposer's start and the target's
-    proposer.start(out, n, smp, generator, max_new_tokens, k)
-    t_pre = (clock() - t_pre) if clock else 0.0
-    if policy is not None:
-        policy.start(k)
-    verify_row = block_verify_row if verify == "block" else rejection_sample_row
-    draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
-    # An EAGLE-style draft reads the target's features: looked up once, so that proposers
-    # without the hook keep the plain step (one branch per iteration is all they pay).
-    observe = getattr(proposer, "observe_target", None)
-    if observe is not None and cuda_graphs:
-        raise ValueError("a proposer with observe_target runs eager steps; drop cuda_graphs")
-    step = steps_for(target, "target", k + 1, cuda_graphs)  # logits of [1, T] new tokens
-    tc = step.cache
-    lean = step.lean if observe is not None else None  # eager here: graphs were refused
-    wide = getattr(proposer, "feature_layers", 1)  # several blocks' outputs (EAGLE-3 style)
-    w = target.lm_head.weight
-    if n > 1:  # prefill everything but the pending last token
-        t0 = clock() if clock else 0.0
-        if observe is None:
-            target(out[None, : n - 1], tc)
-        else:  # the prompt's features too: the proposer need not compute them again
-            observe(lean.hidden(out[: n - 1], tc, layers=wide), 0)
-        t_pre += (clock() - t0) if clock else 0.0
-    # The target's input: the pending token followed by the drafts, written in place.
-    feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)
-    drafts = feed[0, 1:]
-    feeds = [feed[:, : j + 1] for j in range(k + 1)]  # the call's input for kk drafts
-    # p for kk drafts is written into probs[kk] (no allocation per iteration); xs[kk] are
-    # the drafts as the verifier reads them (NumPy views on a CPU, for the token rule).
-    pdt = w.dtype  # in the dtype the processed logits take (filters compute in float32)
-    if smp.changes_logits and not greedy:
-        pdt = smp.logits(torch.zeros(1, V, dtype=w.dtype, device=dev)).dtype
-    probs = torch.empty(k + 1, V, dtype=pdt, device=dev)
-    probs = [probs[: j + 1] for j in range(k + 1)]
-    # The token rule reads p and q through NumPy views on a CPU: p's are made once here;
-    # q's is remade only when the proposer returns another tensor (the n-gram draft returns
-    # views of one buffer, the draft model a new softmax each time).
-    probs_h = [t.numpy() for t in probs] if host and verify == "token" else None
-    q_last = q_h = None
-    spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
-    it = drafted = rejections = 0
-    accepted = stats.accepted_per_iteration
-    feed[0, 0] = out[n - 1]
-    out_h, feed_h = (out.numpy(), feed.numpy()) if host else (None, None)
-    xs = [(feed_h[0, 1:] if host and verify == "token" else drafts)[:j] for j in range(k + 1)]
-    processed = smp.changes_logits  # temperature 1, no filters: the logits are p's own
-    while n < end:
-        # --- 1. draft: kk tokens and their q from the proposer
-        t0 = clock() if clock else 0.0
-        kk = min(k, end - n - 1)  # never draft tokens that could not be kept
-        if policy is not None:
-            kk = max(0, min(kk, policy.next_k()))
-        q = None
-        if kk:
-            kk, q = proposer.propose(out, n, kk, drafts)
-        # --- 2. score: one target call over the pending token and the kk drafts (p_1 .. p_kk+1)
-        t1 = clock() if clock else 0.0
-        if observe is None:
-            logits = step(feeds[kk])
-        else:  # the lean step's own arithmetic, with the features passed on first
-            hidden = lean.hidden(feeds[kk][0], tc, layers=wide)
-            observe(hidden, n - 1)
-            if wide > 1:  # lm_head reads the last n_embd columns
-                hidden = hidden[:, -lean.C :]
-            logits = torch.mm(hidden, lean.w_t, out=step.out[: kk + 1])
-        # --- 3. verify: accept drafts while the rule says so, then one token of the target's
-        t2 = clock() if clock else 0.0
-        if greedy:
-            # One-hot p and q: the batch-1 verifier reduces to "accept while the draft is the
-            # target's argmax, then emit the argmax" (tests pin it to rejection_sample).
-            best = logits.argmax(-1).tolist()
-            a = 0
-            if kk:
-                dl = xs[kk].tolist()
-                while a < kk and dl[a] == best[a]:
-                    a += 1
-            new = best[:a] if not kk else dl[:a]
-            new.append(best[a])
-        else:
-            p = torch.softmax(smp.logits(logits) if processed else logits, -1, out=probs[kk])
-            if probs_h is not None:
-                p = probs_h[kk]
-                if q is not None and q is not q_last:
-                    q_last, q_h = q, q.numpy()
-                q = None if q is None else q_h
-            new, a = verify_row(xs[kk], q, p, U[it], R.row())
-        # --- 4. commit: the accepted drafts and the new token; the caches roll back to them
-        t3 = clock() if clock else 0.0
-        if host:  # NumPy writes: a tensor's item assignment costs microseconds each
-            if a:
-                out_h[n : n + a] = feed_h[0, 1 : a + 1]
-            out_h[n + a] = feed_h[0, 0] = new[a]
-        else:
-            if a:
-                out[n : n + a] = drafts[:a]
-            out[n + a] = feed[0, 0] = new[a]  # the new token, and the next call's pending one
-        n += a + 1
-        it += 1
-        tc.crop(n - 1)  # roll back: a pointer move (see the module docstring)
-        proposer.commit(out, n)
-        accepted.append(a)
-        rejections += a < kk
-        if policy is not None:
-            policy.update(kk, a)
-        drafted += kk
-        if on_iteration is not None:
-            on_iteration(out[:n], tc, draft_cache, a)
-        if clock:
-            spent["draft"] += t1 - t0
-            spent["target"] += t2 - t1
-            spent["verify"] += t3 - t2
-    stats.iterations = stats.target_calls = it
-    stats.drafted = stats.draft_calls = drafted
-    stats.rejections = rejections
-    stats.emitted = max_new_tokens
-    if timings:
-        spent["prefill"] = t_pre
-        spent["rest"] = wall() - wall0 - sum(spent.values())
-        stats.seconds = spent
-    return out, stats
+    policy = FixedK() if k_policy is None else check_policy(k_policy)
+    return ids, proposer, policy

@@ -179,6 +179,13 @@ class LeanStep:
         out = F.layer_norm(x, (C,), self.lnf_w, self.lnf_b)
         return torch.cat([*wide, out], -1) if wide else out
 
+    def logits(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The logits ``[T, V]`` of ``hidden``'s last states (``hidden(...)``'s output, any
+        ``layers``: the last ``n_embd`` columns), written into ``out``; returns ``out``."""
+        if hidden.shape[1] != self.C:
+            hidden = hidden[:, -self.C :]
+        return torch.mm(hidden, self.w_t, out=out)
+
 
 def mlp_residual(x, C: int, l2w, l2b, fw, fb, f2w, f2b) -> torch.Tensor:
     """``x`` plus the MLP of ``LayerNorm(x)``, with ``LeanStep.layers``' weights: the GELU's

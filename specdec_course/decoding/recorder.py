@@ -1,0 +1,77 @@
+"""What the speculative loop records about a run: counts, seconds per stage, callbacks.
+
+None of it is the algorithm; all of it is how a learner or a bench sees what a run did.
+``Recorder`` counts iterations, drafts, accepted drafts and rejections into ``SpecStats``;
+with ``timings`` it splits the wall time into the prefill (the proposer's start and the
+target's prompt), draft, target, verify and the rest (``tick`` starts a lap, ``lap(stage)``
+ends it; when off, both do nothing); and it calls ``on_iteration(ids, target_cache,
+draft_cache, accepted)`` after every iteration.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .. import devices
+from .proposer import ModelProposer
+from .stats import SpecStats
+
+__all__ = ["Recorder"]
+
+
+class Recorder:
+    """The counts, laps and callbacks of one ``speculative_generate`` call.
+
+    ``timings``: False, True (the wall clock; on a GPU synchronised, ``devices.clock``) or a
+    clock (e.g. ``time.thread_time``). The run's wall time starts when it is built;
+    ``start(device)`` picks the clock and starts the first lap.
+    """
+
+    __slots__ = ("stats", "timings", "on_iteration", "wall", "wall0", "clock", "spent", "t")
+
+    def __init__(self, k: int, timings=False, on_iteration=None):
+        self.stats = SpecStats(k=k)
+        self.timings, self.on_iteration = timings, on_iteration
+        self.wall = timings if callable(timings) else time.perf_counter
+        self.wall0 = self.wall()
+        self.clock = None
+        self.spent = dict.fromkeys(("draft", "target", "verify", "prefill"), 0.0)
+        self.t = 0.0
+
+    def start(self, device) -> None:
+        """Time on ``device`` from now on (with timings), and start a lap."""
+        if self.timings:
+            self.clock = self.timings if callable(self.timings) else devices.clock(device)
+        self.tick()
+
+    def tick(self) -> None:
+        if self.clock is not None:
+            self.t = self.clock()
+
+    def lap(self, stage: str) -> None:
+        if self.clock is not None:
+            now = self.clock()
+            self.spent[stage] += now - self.t
+            self.t = now
+
+    def record(self, drafted: int, accepted: int, ids, n: int, target_cache, proposer) -> None:
+        """One iteration: ``drafted`` drafts, ``accepted`` of them kept, ``ids[:n]`` committed."""
+        stats = self.stats
+        stats.accepted_per_iteration.append(accepted)
+        stats.iterations += 1
+        stats.drafted += drafted
+        stats.rejections += accepted < drafted
+        if self.on_iteration is not None:
+            draft_cache = proposer.cache if isinstance(proposer, ModelProposer) else None
+            self.on_iteration(ids[:n], target_cache, draft_cache, accepted)
+
+    def finish(self, emitted: int) -> SpecStats:
+        """The run's ``SpecStats``: one target call per iteration, one draft call per draft."""
+        stats = self.stats
+        stats.target_calls, stats.draft_calls = stats.iterations, stats.drafted
+        stats.emitted = emitted
+        if self.clock is not None:
+            spent = self.spent
+            spent["rest"] = self.wall() - self.wall0 - sum(spent.values())
+            stats.seconds = spent
+        return stats
