@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import torch
 
+from .sampling import residual_race
 from .verifier import RejectionResult, VerifierInputs, prepare_inputs
 
 __all__ = ["block_verify", "block_verify_prepared", "block_verify_row", "block_thresholds"]
@@ -148,11 +149,7 @@ def block_verify_prepared(inputs: VerifierInputs) -> RejectionResult:
     else:
         res = p_m
     w_race = torch.where(rejected, res, p_m)
-    scores = w_race / e
-    empty = scores.amax(dim=1, keepdim=True) <= 0  # no residual mass (rounding): race over p
-    if bool(empty.any()):
-        scores = torch.where(empty, p_m / e, scores)
-    token = scores.argmax(dim=1, keepdim=True)
+    token = residual_race(w_race, e, p_m).unsqueeze(1)  # no residual mass: a race over p
 
     pos = torch.arange(K + 1, device=dev)
     token_ids = torch.where(pos < m, ids_pad, -1).scatter_(1, m, token)
@@ -219,10 +216,5 @@ def block_verify_row(
         w_race[ids[tau]] = 0.0
     else:
         w_race = (weight[tau] * p_m.double() - draft_probs[tau].double()).clamp_min(0).float()
-    scores = w_race / e
-    best = scores.max(dim=0)
-    if float(best.values) > 0.0:
-        token = int(best.indices)
-    else:  # no residual mass at tau (rounding): race over p itself, as block_verify does
-        token = int((p_m / e).argmax())
-    return ids[:tau] + [token], tau
+    # (no residual mass at tau, by rounding: a race over p itself, as block_verify's)
+    return ids[:tau] + [residual_race(w_race, e, p_m)], tau

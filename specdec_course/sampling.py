@@ -15,11 +15,14 @@ import math
 import numbers
 from typing import Literal
 
+import numpy as np
 import torch
 
 from ._validate import ProbLike, check_optional_int, check_pair, check_real
 
 __all__ = [
+    "accepts",
+    "residual_race",
     "residual_distribution",
     "speculative_sample",
     "speculative_output_distribution",
@@ -44,6 +47,52 @@ def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     # exact. We return p itself: it is what the output distribution must be, and a sampler
     # that falls back to it can never emit a token the target gives probability 0.
     return torch.where(total > 0, r / total.clamp_min(torch.finfo(r.dtype).tiny), p)
+
+
+def accepts(u, q_x, p_x):
+    """The accept test of Algorithm 1: is draft ``x`` kept, given ``u``, ``q(x)`` and ``p(x)``?
+
+    ``u <= min(1, p(x) / q(x))`` written as ``p(x) > 0 and u * q(x) <= p(x)``: no division,
+    no 0/0 where ``q(x) = 0``, and a token the target gives probability 0 is never kept
+    (with ``u`` in (0, 1], ``uniform_open_closed``). The one rule of every Python path (this
+    module's ``speculative_sample``, the verifiers, the decoding loops, Medusa's walk); the
+    Triton kernel (``kernels.rejection``) writes it again, and tests pin it to these paths.
+
+    Elementwise, on what the caller holds, without converting it: Python floats (a bool),
+    tensors or NumPy arrays (a bool array; with float64 ``u`` the product and the comparison
+    are float64, the float32 operands promoted exactly). ``q_x = 1.0`` is a one-hot draft.
+    """
+    return (p_x > 0) & (u * q_x <= p_x)
+
+
+def residual_race(w, e, p):
+    """The residual draw: the exponential race ``argmax(w / e)`` over the last axis.
+
+    ``w`` the unnormalised residual ``max(p - q, 0)`` (or ``p`` itself for a bonus token;
+    scores ``<= 0`` never win once one is positive, so a caller may skip the clamp), ``e``
+    Exp(1) draws (float32, as ``w``), ``p`` the target's row. A row with no residual mass
+    (every score ``<= 0``: ``p == q`` up to rounding) races over ``p`` instead, which is what
+    ``residual_distribution`` defines the residual to be then; so every index drawn lies
+    where ``p > 0``. The one race of every Python verifier (the Triton kernel writes it
+    again; tests pin its tokens to ``verifier.rejection_sample``, which calls this).
+
+    Tensors or NumPy arrays, one row ``[V]`` (returns an int) or a batch ``[B, V]``
+    (returns the indices ``[B]``, keepdim-free). Ties go to the first index, as the kernel's.
+    """
+    scores = w / e
+    if isinstance(scores, torch.Tensor):
+        empty = scores.amax(dim=-1, keepdim=True) <= 0
+        if bool(empty.any()):
+            scores = torch.where(empty, p / e, scores)
+        j = scores.argmax(dim=-1)
+        return int(j) if j.dim() == 0 else j
+    j = scores.argmax(-1)
+    if scores.ndim == 1:
+        return int(j) if scores.item(j) > 0.0 else int((p / e).argmax())
+    empty = scores[np.arange(len(j)), j] <= 0
+    if empty.any():
+        j[empty] = (p[empty] / e[empty]).argmax(-1)
+    return j
 
 
 def residual_distribution(p: ProbLike, q: ProbLike) -> torch.Tensor:
@@ -238,8 +287,7 @@ def speculative_sample(
     else:
         x = int(q.argmax())
     u = float(uniform_open_closed((), generator=generator))
-    # u <= p/q written as u * q <= p: no division, and q(x) > 0 for a drafted token.
-    if u * float(q_eff[x]) <= float(p[x]):
+    if accepts(u, float(q_eff[x]), float(p[x])):
         return x, True
     dist = _residual(p, q_eff) if resample == "residual" else p
     return int(torch.multinomial(dist, 1, generator=generator)), False

@@ -34,8 +34,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .sampling import accepts, residual_race, uniform_open_closed
 from .sampling import exp_noise as _exp_noise
-from .sampling import uniform_open_closed
 
 __all__ = [
     "RejectionResult",
@@ -294,7 +294,7 @@ def rejection_sample_prepared(inputs: VerifierInputs) -> RejectionResult:
     x = ids.clamp_min(0).unsqueeze(2)  # [B, K, 1], a safe index where there is no draft
     p_x = p[:, :K].gather(2, x).squeeze(2).double()  # [B, K]
     q_x = 1.0 if q is None else q.gather(2, x).squeeze(2).double()
-    accept = has_draft & (p_x > 0) & (u * q_x <= p_x)  # [B, K]
+    accept = has_draft & accepts(u, q_x, p_x)  # [B, K], in float64
 
     # 2. Stop at the first rejection: the running product is 1 until the first 0.
     num_accepted = accept.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
@@ -317,11 +317,7 @@ def rejection_sample_prepared(inputs: VerifierInputs) -> RejectionResult:
         w = p_m
     # The race: argmax(w / E) is a sample from w / sum(w); no normalisation needed. Division
     # (not multiplication by 1/E) so that the kernel's IEEE division matches bit for bit.
-    scores = w / e  # [B, V]
-    empty = scores.amax(dim=1, keepdim=True) <= 0  # no residual mass (p == q up to rounding)
-    if bool(empty.any()):
-        scores = torch.where(empty, p_m / e, scores)
-    token = scores.argmax(dim=1, keepdim=True)  # [B, 1]; ties: the first index, as the kernel
+    token = residual_race(w, e, p_m).unsqueeze(1)  # [B, 1]
 
     # 4. Layout: accepted drafts, the new token at m, -1 after.
     pos = torch.arange(K + 1, device=p.device)
@@ -406,8 +402,7 @@ def _row_tensors(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
     ids = torch.cat((draft_ids, best.indices)).tolist()
     a = 0
     while a < k:
-        px = f[a]
-        if px > 0.0 and uniforms[a] * f[k + a] <= px:
+        if accepts(uniforms[a], f[k + a], f[a]):
             a += 1
         else:
             break
@@ -425,10 +420,10 @@ def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
     xs = draft_ids.tolist()
     Q = None if draft_probs is None else _array(draft_probs)
     a = 0
-    while a < k:  # the accept test u * q(x) <= p(x), on float64 values as the batched rule
+    while a < k:  # the accept test on float64 values, as the batched rule
         x = xs[a]
-        px = P.item(a, x)  # .item: a Python float in one call
-        if px > 0.0 and uniforms[a] * (1.0 if Q is None else Q.item(a, x)) <= px:
+        # .item: a Python float in one call
+        if accepts(uniforms[a], 1.0 if Q is None else Q.item(a, x), P.item(a, x)):
             a += 1
         else:
             break
@@ -445,11 +440,7 @@ def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
         # left out: where the residual is 0 the score is <= 0 and cannot win once some
         # score is positive, and the positive scores are the clamped rule's own.
         w = p_a - (Q[a] if Q.dtype == np.float32 else Q[a].astype(np.float32))
-    scores = w / E
-    j = int(scores.argmax())
-    if not scores.item(j) > 0.0:  # no residual mass (p == q up to rounding): race over p
-        j = int((p_a / E).argmax())
-    return xs[:a] + [j], a
+    return xs[:a] + [residual_race(w, E, p_a)], a
 
 
 def _array(t):

@@ -261,3 +261,27 @@ def test_the_smallest_temperature_gives_finite_probabilities():
     p = process_logits(logits, MIN_TEMPERATURE)
     assert torch.isfinite(p).all() and p.sum().item() == pytest.approx(1.0)
     assert torch.isfinite(SamplingOptions(MIN_TEMPERATURE).logits(logits)).all()
+
+
+def test_the_accept_test_is_one_rule_on_floats_tensors_and_arrays():
+    # sampling.accepts is the accept test of every Python path: Python floats (the batch-1
+    # loops), float64 tensors (the batched verifier) and NumPy arrays (the batched loop)
+    # must give the same verdicts, with p(x) = 0 never accepted and u = q/p on the boundary.
+    g = torch.Generator().manual_seed(0)
+    u = sampling.uniform_open_closed((2000,), generator=g)
+    q = torch.rand(2000, generator=g, dtype=torch.float64)
+    p = torch.rand(2000, generator=g, dtype=torch.float64)
+    p[::7] = 0.0
+    q[::11] = 0.0
+    boundary = (p[::13] / q[::13]).nan_to_num(nan=1.0).clamp(min=1e-300, max=1.0)
+    u[::13] = boundary  # on the boundary u = p/q (or past it by rounding)
+    want = [pp > 0 and uu * qq <= pp for uu, qq, pp in zip(u.tolist(), q.tolist(), p.tolist())]
+    on_floats = [sampling.accepts(*t) for t in zip(u.tolist(), q.tolist(), p.tolist())]
+    assert on_floats == want
+    assert sampling.accepts(u, q, p).tolist() == want
+    assert sampling.accepts(u.numpy(), q.numpy(), p.numpy()).tolist() == want
+    assert not sampling.accepts(1e-300, 1.0, 0.0)  # probability 0 is never accepted
+    # float32 p and q promoted exactly to u's float64, as the verifiers compare them
+    p32, q32 = p.float(), q.float()
+    got = sampling.accepts(u.numpy(), q32.numpy(), p32.numpy()).tolist()
+    assert got == sampling.accepts(u, q32.double(), p32.double()).tolist()

@@ -46,7 +46,7 @@ from ..block_verifier import block_verify_prepared
 from ..devices import with_native_cpu_kernels
 from ..model import CharGPT, FoldedStep, check_model
 from ..model.ragged import batch_steps
-from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
+from ..sampling import SamplingOptions, accepts, exp_noise, residual_race, uniform_open_closed
 from ..verifier import VerifierInputs
 from .plain import gumbel
 from .speculative import speculative_generate
@@ -397,8 +397,7 @@ def _token_verify(x, q, p, u, e):
         # float64 comparison: u is float64, so u * q(x) and its comparison with p(x) are
         # made in float64 (NumPy promotes the float32 operands exactly).
         ok = np.zeros((B, K + 1), dtype=bool)  # a False column at K: argmin finds a <= K
-        np.less_equal(u * q[bj], px, out=ok[:, :K])
-        ok[:, :K] &= (x >= 0) & (px > 0)
+        ok[:, :K] = accepts(u, q[bj], px) & (x >= 0)
         a = ok.argmin(1)  # the first rejection, or K
         p_m = p[b, a]
         am = np.minimum(a, K - 1)
@@ -408,12 +407,7 @@ def _token_verify(x, q, p, u, e):
     else:
         a = np.zeros(B, dtype=np.int64)
         w = p_m = p[:, 0]
-    scores = w / e
-    new = scores.argmax(1)
-    empty = scores[b, new] <= 0  # no residual mass (p == q up to rounding): race over p
-    if empty.any():
-        new[empty] = (p_m[empty] / e[empty]).argmax(1)
-    return a, new
+    return a, residual_race(w, e, p_m)  # no residual mass (p == q up to rounding): over p
 
 
 def _count(stats: SpecStats, history, end: int, k: int) -> None:

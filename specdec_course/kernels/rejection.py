@@ -91,6 +91,8 @@ def verify_kernel(
         p_x = tl.load(target_probs_ptr + (r * (K + 1) + j) * V + xs, mask=look, other=0.0)
         p_x = p_x.to(tl.float64)
         u = tl.load(uniforms_ptr + r * K + j, mask=look, other=1.0)
+        # The accept test is sampling.accepts written again in Triton (a kernel cannot call
+        # Python); the tests pin its tokens to verifier.rejection_sample, which calls it.
         if NO_DRAFT_PROBS:
             # One-hot draft: q(x) = 1, accept iff u <= p(x).
             accept = look & (p_x > 0) & (u <= p_x)

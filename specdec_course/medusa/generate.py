@@ -21,7 +21,7 @@ from .._validate import check_generator
 from ..decoding import SpecStats, check_prompt
 from ..devices import check_same_device, model_device, with_native_cpu_kernels
 from ..model import CharGPT, KVCache
-from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
+from ..sampling import SamplingOptions, accepts, exp_noise, uniform_open_closed
 from .guess import DRAFTS, is_chain, sampled_chain_walk, sampler, top_guesser
 from .heads import MedusaHeads, check_heads
 from .hydra import HydraHeads
@@ -149,9 +149,9 @@ def _sampled_walk(
             pc = prow[tl[c]]
             u = us[ui]
             ui += 1
-            # u <= pc / rem, multiplied out; a child holding all the remaining mass is
-            # accepted outright (rounding could otherwise leave nothing).
-            if u * rem <= pc or rem - pc <= 0.0:
+            # The accept test with q(x) = rem (u <= pc / rem); a child holding all the
+            # remaining mass is accepted outright (rounding could otherwise leave nothing).
+            if accepts(u, rem, pc) or rem - pc <= 0.0:
                 node = c
                 break
             rem -= pc
