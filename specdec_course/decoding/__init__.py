@@ -8,8 +8,12 @@ recovered or bonus token; the output is distributed exactly as ``generate``'s (a
 temperature 0 it is the same tokens). ``SpecStats`` counts what a call did.
 
 Modules: ``plain`` (generate, the prompt check), ``proposer`` (the interface, the draft
-model, ``audit_proposer``), ``speculative`` (the loop), ``stats`` (``SpecStats``),
-``dynamic`` (how many tokens to draft: ``HeuristicK``, ``ControllerK``).
+model, ``audit_proposer``), ``speculative`` (the loop, as Algorithm 1) and what it is
+given to decide once per run: ``scoring`` (how the target scores the drafts),
+``row_verifier`` (how a row is verified), ``recorder`` (``SpecStats``, timings, callbacks),
+``dynamic`` (how many tokens to draft: ``FixedK``, ``HeuristicK``, ``ControllerK``);
+``stats`` (``SpecStats``); ``batched`` (many rows at once; its drafters in
+``batch_drafts``).
 """
 
 from .dynamic import ControllerK, HeuristicK, KPolicy

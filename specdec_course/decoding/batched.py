@@ -14,7 +14,11 @@ al.'s loop on every row at once: the draft model proposes ``k`` tokens per row, 
 call scores every row's block, the verifier (the token rule in NumPy, ``_token_verify``,
 pinned to ``verifier.rejection_sample`` by the tests; or ``block_verifier``) accepts a
 different number in each row, and each row moves on by its own count. Rows that finish
-early ride along (their work is discarded) until the last one is done.
+early ride along (their work is discarded) until the last one is done. The loop has the
+batch-1 loop's shape (propose, one target call, verify, commit, record); how each row
+drafts is a drafter chosen once (``batch_drafts``: an n-gram table, the folded one-row
+step, the ragged model step), the verdict a ``_BatchVerifier``, the seconds a
+``recorder.Recorder``.
 
 Both loops take the same lean steps (``model.ragged.batch_steps``): for a batch,
 ``RaggedSteps`` (one ``index_copy_`` per layer writes every row's keys and values at its
@@ -36,19 +40,19 @@ shape for all rows). The target's cache holds ``x[0 .. n_b - 2]``, as at batch 1
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
 from .._validate import check_generator, check_ids, check_int, check_proposer_fits
 from ..block_verifier import block_verify_prepared
 from ..devices import with_native_cpu_kernels
-from ..model import CharGPT, FoldedStep, check_model
+from ..model import CharGPT, check_model
 from ..model.ragged import batch_steps
 from ..sampling import SamplingOptions, accepts, exp_noise, residual_race, uniform_open_closed
 from ..verifier import VerifierInputs
+from .batch_drafts import batch_drafter
 from .plain import gumbel
+from .recorder import Recorder
 from .speculative import speculative_generate
 from .stats import SpecStats
 
@@ -173,6 +177,83 @@ def speculative_generate_batch(
     Raises ValueError for bad prompts, options or models, or ``T + max_new_tokens + k``
     beyond the context (a finished row's drafts still take positions).
     """
+    ids, table = _checked(target, draft, prompts, max_new_tokens, k, generator, verify, until)
+    smp = SamplingOptions(temperature, top_k, top_p)
+    B, n0 = ids.shape
+    end = n0 + max_new_tokens
+    if max_new_tokens == 0:
+        return ids.clone(), SpecStats(k=k)
+    if B == 1 and verify == "token":  # one row: the batch-1 loop itself (its steps, its rule)
+        opts = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        out1, stats = speculative_generate(
+            target, draft, ids[0], max_new_tokens, k=k, timings=timings, **opts
+        )
+        return out1[None], stats
+    rec = Recorder(k, timings)  # the seconds per stage; the counts are made at the end
+    stats = rec.stats
+    V, dt = target.config.vocab_size, target.lm_head.weight.dtype
+    rec.start("cpu")
+    # k + 1 spare columns: a row's commit writes K + 1 tokens at n_b .. n_b + K (those past
+    # its accepted ones land where it has not committed yet, and a later commit overwrites
+    # them, or in the spare columns), so one indexed write serves every row.
+    out = torch.zeros(B, end + k + 1, dtype=torch.long)
+    out[:, :n0] = ids
+    n = torch.full((B,), n0, dtype=torch.long)
+    feed = torch.empty(k + 1, B, dtype=torch.long)  # the target's input: pending, drafts
+    ts = batch_steps(target, B)  # the lean step for B rows and its cache (model.ragged)
+    ts.prefill(ids[:, : n0 - 1])
+    drafter = batch_drafter(draft, table, smp, out, n, feed, k, dt)
+    drafter.prefill(ids)
+    rec.lap("prefill")
+    noise = None if smp.greedy else _Noise(B, V, k, generator, table)
+    # The loop's bookkeeping (lengths, accepted counts, commits) is NumPy on the tensors'
+    # memory: a NumPy call on B numbers costs a microsecond or two, a tensor op four or more.
+    n_h, out_h, feed_h = n.numpy(), out.numpy(), feed.numpy()
+    offsets = torch.arange(-2, k + 1)  # slots n - 2 .. n + k of a row, relative to n
+    cols, rows = np.arange(k + 1), np.arange(B)[:, None]
+    t_logits = torch.empty(B * (k + 1), V, dtype=dt)
+    verifier = _BatchVerifier(verify, smp, B, k)
+    history = []  # (n, accepted) per iteration; the stats are counted once at the end
+    while True:
+        lo, hi = int(n_h.min()), int(n_h.max())
+        if (lo if until == "all" else hi) >= end:
+            break
+        K = min(k, end - 1 - lo)  # drafts this iteration: what the furthest-behind row needs
+        slots = n[:, None] + offsets[: K + 2]  # [B, K + 2]: positions n - 2 .. n + K - 1
+        rec.tick()
+        # --- 1. propose: K drafts for every row (the first feeds the last two committed)
+        G, U, E = (None, None, None) if noise is None else noise.next()
+        drafter.propose(K, lo, hi, slots, G)
+        stats.draft_calls += K
+        rec.lap("draft")
+        # --- 2. score: every row's pending token and its drafts in one target call
+        logits = ts.step(feed[: K + 1].t(), slots[:, 1:], hi + K, t_logits[: B * (K + 1)])
+        stats.target_calls += 1
+        rec.lap("target")
+        # --- 3. verify: each row's accepted drafts and its one new token
+        drafts = feed_h[1 : K + 1].T  # [B, K]
+        if hi > end - 1 - K:  # a row with fewer tokens to go drafted too many: pad its tail
+            drafts = np.where(cols[:K] < np.clip(end - 1 - n_h, 0, k)[:, None], drafts, -1)
+        tok, a = verifier(drafts, logits.view(B, K + 1, V), drafter, U, E)
+        # --- 4. commit: row b's a_b + 1 tokens at n_b .. n_b + a_b (one write; see `out`)
+        out_h[rows, n_h[:, None] + cols[: tok.shape[1]]] = tok
+        history.append((n_h.copy(), a))
+        n_h += np.where(n_h < end, a + 1, 0)  # n (a tensor) sees it: the same memory
+        # Rollback is nothing: the caches' positions are the loop's n (model.ragged).
+        rec.lap("verify")
+    _count(stats, history, end, k)
+    if until == "first":
+        done = np.minimum(n_h, end)
+        stats.emitted = int(done.sum()) - B * n0
+        out_h[np.arange(end + k + 1)[None, :] >= done[:, None]] = -1
+    else:
+        stats.emitted = B * max_new_tokens
+    rec.close()
+    return out[:, :end], stats
+
+
+def _checked(target, draft, prompts, max_new_tokens: int, k: int, generator, verify, until):
+    # The entry checks: (ids [B, T], whether the draft is an n-gram table).
     check_int(k, "k (drafts per iteration)")
     ids = check_prompts(target, prompts, max_new_tokens, extra=k)
     # A table draft (ngram.NgramDraft, distilled.load_distilled()): no model, no cache.
@@ -186,7 +267,6 @@ def speculative_generate_batch(
         check_model(draft, "draft")
     check_proposer_fits(draft, target)
     check_generator(generator)
-    V = target.config.vocab_size
     if ids.shape[1] < 2:
         raise ValueError("prompts must hold at least 2 tokens per row (the draft feeds two)")
     if verify not in ("token", "block"):
@@ -195,162 +275,41 @@ def speculative_generate_batch(
         raise ValueError(f"until must be 'all' (every row done) or 'first'; got {until!r}")
     if not table:
         check_prompts(draft, ids, max_new_tokens, extra=k)
-    smp = SamplingOptions(temperature, top_k, top_p)
-    greedy = smp.greedy
-    B, n0 = ids.shape
-    end = n0 + max_new_tokens
-    stats = SpecStats(k=k)
-    if max_new_tokens == 0:
-        return ids.clone(), stats
-    if B == 1 and verify == "token":  # one row: the batch-1 loop itself (its steps, its rule)
-        out1, stats = speculative_generate(
-            target,
-            draft,
-            ids[0],
-            max_new_tokens,
-            k=k,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            generator=generator,
-            timings=timings,
-        )
-        return out1[None], stats
-    # k + 1 spare columns: a row's commit writes K + 1 tokens at n_b .. n_b + K (those past
-    # its accepted ones land where it has not committed yet, and a later commit overwrites
-    # them, or in the spare columns), so one indexed write serves every row.
-    clock = (timings if callable(timings) else time.perf_counter) if timings else None
-    wall0 = t_pre = clock() if clock else 0.0
-    out = torch.zeros(B, end + k + 1, dtype=torch.long)
-    out[:, :n0] = ids
-    V = target.config.vocab_size
-    dt = target.lm_head.weight.dtype
-    ts = batch_steps(target, B)  # the lean step for B rows and its cache (model.ragged)
-    ts.prefill(ids[:, : n0 - 1])
-    # The draft: for one row, a one-layer model's folded step (model.folded: NumPy on a
-    # CPU), as the batch-1 loop takes; for a batch, the lean ragged step.
-    fold = draft.draft_step() if B == 1 and not table else None
-    if table:  # the n-gram: every row's drafts from its own context, q read from the table
-        q_rows = draft.sampling_rows(smp)
-        d_toks = np.empty((B, k), dtype=np.int64)
-        d_rows = np.empty((B, k), dtype=np.int64)
-    elif not isinstance(fold, FoldedStep):
-        fold, ds = None, batch_steps(draft, B)
-        if n0 > 2:
-            ds.prefill(ids[:, : n0 - 2])
-    else:
-        fc = fold.new_cache()
-        if n0 > 2:
-            fold.feed(ids[0, : n0 - 2], fc)
-    t_pre = (clock() - t_pre) if clock else 0.0
-    spent = dict.fromkeys(("draft", "target", "verify"), 0.0)
-    noise = None if greedy else _Noise(B, V, k, generator, table)
-    # The loop's bookkeeping (lengths, accepted counts, commits) is NumPy on the tensors'
-    # memory: a NumPy call on B numbers costs a microsecond or two, a tensor op four or more.
-    n = torch.full((B,), n0, dtype=torch.long)
-    n_h, out_h = n.numpy(), out.numpy()
-    offsets = torch.arange(-2, k + 1)  # slots n - 2 .. n + k of a row, relative to n
-    cols = np.arange(k + 1)
-    rows = np.arange(B)[:, None]
-    feed = torch.empty(k + 1, B, dtype=torch.long)  # the target's input: pending, drafts
-    feed_h = feed.numpy()
-    t_logits = torch.empty(B * (k + 1), V, dtype=dt)
-    d_logits = torch.empty(k, B, V, dtype=dt)
-    d_logits_h = d_logits.numpy()
-    tokens = np.empty((B, k + 1), dtype=np.int64)
-    history = []  # (n, accepted) per iteration; the stats are counted once at the end
-    while True:
-        lo, hi = int(n_h.min()), int(n_h.max())
-        if (lo if until == "all" else hi) >= end:
-            break
-        K = min(k, end - 1 - lo)  # drafts this iteration: what the furthest-behind row needs
-        slots = n[:, None] + offsets[: K + 2]  # [B, K + 2]: positions n - 2 .. n + K - 1
-        # --- draft: K steps for every row; the first feeds the last two committed tokens
-        t0 = clock() if clock else 0.0
-        G, U, E = (None, None, None) if greedy else noise.next()
-        if table:  # per row, table look-ups (NumPy over the rows from ngram.draft._VECTOR_ROWS)
-            draft.propose_rows(smp, out_h, n_h, K, None if greedy else G, d_toks, d_rows)
-            feed_h[0] = out_h[rows[:, 0], n_h - 1]
-            feed_h[1 : K + 1] = d_toks[:, :K].T
-        elif fold is not None:  # one row: the folded step, token by token
-            fc.length = lo - 2
-            fold.feed(out[0, lo - 2 : lo - 1], fc)
-            x = feed_h[0, 0] = out_h[0, lo - 1]
-            for j in range(K):
-                lj = d_logits[j]
-                fold.step(int(x), fc, lj)
-                if greedy:
-                    x = d_logits_h[j, 0].argmax()
-                elif not smp.changes_logits:
-                    x = (d_logits_h[j, 0] + G.numpy()[j, 0]).argmax()
-                else:
-                    x = int(torch.argmax(smp.logits(lj) + G[j]))
-                feed_h[j + 1, 0] = x
-        else:
-            last2 = out.gather(1, slots[:, :2])
-            feed[0] = last2[:, 1]
-            for j in range(K):
-                lj = d_logits[j]
-                if j == 0:
-                    ds.step(last2, slots[:, :2], hi, lj, last=True)
-                else:
-                    ds.step(feed[j : j + 1].t(), slots[:, j + 1 : j + 2], hi + j, lj)
-                torch.argmax(lj if greedy else smp.logits(lj) + G[j], -1, out=feed[j + 1])
-        stats.draft_calls += K
-        # --- target: every row's pending token and its drafts in one call
-        t1 = clock() if clock else 0.0
-        logits = ts.step(feed[: K + 1].t(), slots[:, 1:], hi + K, t_logits[: B * (K + 1)])
-        logits = logits.view(B, K + 1, V)
-        stats.target_calls += 1
-        t2 = clock() if clock else 0.0
-        drafts = feed_h[1 : K + 1].T  # [B, K]
-        if hi > end - 1 - K:  # a row with fewer tokens to go drafted too many: pad its tail
-            drafts = np.where(cols[:K] < np.clip(end - 1 - n_h, 0, k)[:, None], drafts, -1)
-        if greedy:  # one-hot p and q: accept while the draft is the target's argmax
+    return ids, table
+
+
+class _BatchVerifier:
+    """Every row's verdict: ``(tokens [B, K + 1], accepted [B])`` for drafts ``[B, K]``
+    (``-1`` pads a row's tail) and the target's logits ``[B, K + 1, V]``; greedy at
+    temperature 0, else the token rule (``_token_verify``) or the block rule
+    (``block_verifier``) on ``p`` and the drafter's ``q``, with the iteration's uniforms
+    ``U [B, k]`` and Exp(1) draws ``E [B, V]``."""
+
+    def __init__(self, verify: str, smp: SamplingOptions, B: int, k: int):
+        self.verify, self.smp = verify, smp
+        self.tokens = np.empty((B, k + 1), dtype=np.int64)
+        self.b = np.arange(B)
+
+    def __call__(self, drafts, logits, drafter, U, E):
+        K = drafts.shape[1]
+        if self.smp.greedy:  # one-hot p and q: accept while the draft is the target's argmax
             best = logits.argmax(-1).numpy()  # [B, K + 1]
-            a = (drafts == best[:, :K]).cumprod(1).sum(1)
-            tok = best
-        else:
-            if table:  # [B, K, V] (NumPy), the rows drawn from
-                q = q_rows[d_rows[:, :K]]
-            else:
-                q = smp.logits(d_logits[:K]).softmax(-1).transpose(0, 1)  # [B, K, V]
-            p = smp.probs(logits).float()
-            u, e = U[:, :K], E
-            if verify == "block":
-                ids_t = torch.from_numpy(np.ascontiguousarray(drafts))
-                q_t = torch.from_numpy(q) if table else q.contiguous()
-                res = block_verify_prepared(VerifierInputs(ids_t, q_t, p, u.contiguous(), e))
-                tok, a = res.token_ids.numpy(), res.num_accepted.numpy()
-            else:
-                q_h = q if table else q.numpy()
-                a, new = _token_verify(drafts, q_h, p.numpy(), u.numpy(), e.numpy())
-                tokens[:, :K] = drafts
-                tokens[:, K] = 0
-                tokens[rows[:, 0], a] = new
-                tok = tokens[:, : K + 1]
-        # --- commit: row b's a_b + 1 tokens at n_b .. n_b + a_b (one write; see `out`)
-        out_h[rows, n_h[:, None] + cols[: tok.shape[1]]] = tok
-        history.append((n_h.copy(), a))
-        n_h += np.where(n_h < end, a + 1, 0)  # n (a tensor) sees it: the same memory
-        # Rollback is nothing: the caches' positions are the loop's n (model.ragged).
-        if clock:
-            t3 = clock()
-            spent["draft"] += t1 - t0
-            spent["target"] += t2 - t1
-            spent["verify"] += t3 - t2
-    _count(stats, history, end, k)
-    if until == "first":
-        done = np.minimum(n_h, end)
-        stats.emitted = int(done.sum()) - B * n0
-        out_h[np.arange(end + k + 1)[None, :] >= done[:, None]] = -1
-    else:
-        stats.emitted = B * max_new_tokens
-    if clock:
-        spent["prefill"] = t_pre
-        spent["rest"] = clock() - wall0 - sum(spent.values())
-        stats.seconds = spent
-    return out[:, :end], stats
+            return best, (drafts == best[:, :K]).cumprod(1).sum(1)
+        q = drafter.q(K)  # [B, K, V]: NumPy for a table, else a tensor
+        p = self.smp.probs(logits).float()
+        u, e = U[:, :K], E
+        if self.verify == "block":
+            ids_t = torch.from_numpy(np.ascontiguousarray(drafts))
+            q_t = torch.from_numpy(q) if isinstance(q, np.ndarray) else q.contiguous()
+            res = block_verify_prepared(VerifierInputs(ids_t, q_t, p, u.contiguous(), e))
+            return res.token_ids.numpy(), res.num_accepted.numpy()
+        q_h = q if isinstance(q, np.ndarray) else q.numpy()
+        a, new = _token_verify(drafts, q_h, p.numpy(), u.numpy(), e.numpy())
+        tokens = self.tokens
+        tokens[:, :K] = drafts
+        tokens[:, K] = 0
+        tokens[self.b, a] = new
+        return tokens[:, : K + 1], a
 
 
 class _Noise:

@@ -70,8 +70,12 @@ class Recorder:
         stats = self.stats
         stats.target_calls, stats.draft_calls = stats.iterations, stats.drafted
         stats.emitted = emitted
+        self.close()
+        return stats
+
+    def close(self) -> None:
+        """With timings: ``stats.seconds`` gets the laps and the rest of the wall time."""
         if self.clock is not None:
             spent = self.spent
             spent["rest"] = self.wall() - self.wall0 - sum(spent.values())
-            stats.seconds = spent
-        return stats
+            self.stats.seconds = spent
