@@ -149,6 +149,21 @@ def test_bench_writes_to_scratch_and_leaves_the_committed_records_alone(
     assert f"wrote {tmp_path / 'scratch' / 'speedup_cpu.json'}" in capsys.readouterr().out
 
 
+def test_train_help_gives_the_hydra_steps_the_code_takes(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"its Hydra heads take {medusa.HYDRA_STEPS} whatever --steps says" in out
+
+
+def test_a_prompt_outside_the_vocabulary_gets_the_alphabet_and_a_fix_without_python(capsys):
+    assert cli.main(["generate", "caf\u00e9", "--max-new-tokens", "5"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "65 characters: letters A-Z a-z, newline, space and !&',-.:;?[]" in err
+    assert "remove or replace it in the text (e.g. café -> cafe" in err
+
+
 def test_only_record_writes_to_data_results():
     from specdec_course.cli.bench_models import checked
     from specdec_course.paths import results_dir, scratch_dir
@@ -405,6 +420,11 @@ def test_generate_accepts_the_smallest_temperature_and_greedy(capsys):
         (["bench", "speedup", "--repeats", "0"], "--repeats must be >= 1"),
         (["bench", "speedup", "--temperature", "-1"], "--temperature -1"),
         (["bench", "hf", "--temperature", "-1"], "--temperature -1"),
+        (
+            ["train", "--preset", "draft", "--init-from", "/tmp/x/missing.pt"],
+            "--init-from /tmp/x/missing.pt: no such file; check the path",
+        ),
+        (["train", "--preset", "draft", "--distill-from", "nope.pt"], "--distill-from nope.pt"),
         (["grade", "x.ipynb", "--scheduler", "local:0"], "--scheduler must be"),
         (["grade", "x.ipynb", "--scheduler", "myhost"], "--scheduler must be"),
     ],
@@ -415,6 +435,7 @@ def test_bad_options_get_one_clear_error_and_no_work(argv, words, capsys, tmp_pa
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "specdec-course train --preset" not in err
     assert not any(tmp_path.glob("*.pt")) and not any(tmp_path.glob("*.csv"))
 
 
