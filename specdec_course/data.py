@@ -24,6 +24,7 @@ from .paths import data_dir
 __all__ = [
     "PLAYS",
     "VOCAB",
+    "describe_vocab",
     "VAL_FRACTION",
     "SDIST",
     "normalise",
@@ -60,6 +61,23 @@ VAL_FRACTION = 0.1
 # (act numbers in stage notes), asterisks, slashes, @ and _ (editorial marks) are dropped.
 _MAP = str.maketrans({'"': "'", "(": "[", ")": "]", "{": "[", "}": "]"})
 _DROP = re.compile(r"[^" + re.escape(VOCAB) + r"]")
+
+
+def describe_vocab(vocab: str) -> str:
+    """The characters of ``vocab`` in words: whole alphabets as ranges, the rest as written
+    (``"letters A-Z a-z, newline, space and !&',-.:;?[]"`` for ``VOCAB``)."""
+    parts, rest = [], vocab
+    for lo, hi in (("A", "Z"), ("a", "z"), ("0", "9")):
+        run = "".join(chr(c) for c in range(ord(lo), ord(hi) + 1))
+        if all(c in rest for c in run):
+            parts.append(f"{lo}-{hi}")
+            rest = "".join(c for c in rest if c not in run)
+    words = ["letters " + " ".join(parts)] if parts else []
+    words += [name for c, name in (("\n", "newline"), (" ", "space")) if c in rest]
+    rest = "".join(c for c in rest if c not in "\n ")
+    if rest:
+        words.append(repr(rest)[1:-1])
+    return ", ".join(words[:-1]) + (" and " if len(words) > 1 else "") + words[-1]
 
 
 def normalise(text: str) -> str:
@@ -185,8 +203,10 @@ class CharTokenizer:
         except KeyError as e:
             ch = e.args[0]
             raise ValueError(
-                f"character {ch!r} at index {text.index(ch)} is not in the vocabulary; "
-                "the models know only the corpus alphabet (apply data.normalise to the text)"
+                f"character {ch!r} at index {text.index(ch)} is not in the vocabulary; the "
+                f"models know only these {len(self.vocab)} characters: "
+                f"{describe_vocab(self.vocab)}; remove or replace it in the text (e.g. "
+                "café -> cafe, \" -> '), or in Python apply data.normalise(text)"
             ) from None
         return torch.tensor(ids, dtype=torch.long)
 

@@ -206,7 +206,13 @@ def save_pretrained(model, directory: str | Path) -> Path:
     hf = model if isinstance(model, tr.GPT2LMHeadModel) else to_hf(model)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    hf.save_pretrained(out)
+    bars = tr.utils.logging.is_progress_bar_enabled()
+    tr.utils.logging.disable_progress_bar()  # one small shard: no "Writing model shards" bar
+    try:
+        hf.save_pretrained(out)
+    finally:
+        if bars:
+            tr.utils.logging.enable_progress_bar()
     char_tokenizer(getattr(hf.config, "char_vocab", None) or VOCAB).save_pretrained(out)
     return out
 

@@ -22,3 +22,9 @@ def checkpoints_dir() -> Path:
 
 def results_dir() -> Path:
     return data_dir() / "results"
+
+
+def scratch_dir() -> Path:
+    """Where ``specdec-course bench`` writes unless given ``--record`` (git-ignored):
+    ``bench-results/`` in the repository, or ``SPECDEC_SCRATCH``."""
+    return Path(os.environ.get("SPECDEC_SCRATCH", REPO_ROOT / "bench-results"))

@@ -51,7 +51,8 @@ def speedup_curves(alpha: float, costs: Sequence[float], *, max_gamma: int = 16,
     ax.set_xlabel("gamma (tokens drafted per iteration)")
     ax.set_ylabel("speedup over plain decoding")
     ax.set_title(f"alpha = {alpha:g}")
-    ax.legend(fontsize=8)
+    # Beside the axes, not on them: at the cheap costs the curves fill the upper left.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return ax
 
 
@@ -166,10 +167,22 @@ def tree_picture(tree, tokens: Sequence[str], accepted: Sequence[int] = (), *, a
         )
     for i in range(tree.size):
         ch = tokens[i].replace(" ", "␣").replace("\n", "⏎")
-        ax1.scatter(
-            depth[i], ypos[i], s=500, color="C2" if i in on_path else "w", edgecolor="k", zorder=2
+        # The node is the label's own box, so a long label ("root", "0/1/2") stays inside it.
+        shape = "circle,pad=0.3" if len(ch) <= 2 else "round,pad=0.35"
+        ax1.text(
+            depth[i],
+            ypos[i],
+            ch,
+            ha="center",
+            va="center",
+            fontsize=12 if len(ch) <= 2 else 10,
+            zorder=3,
+            bbox=dict(boxstyle=shape, fc="C2" if i in on_path else "w", ec="k"),
         )
-        ax1.text(depth[i], ypos[i], ch, ha="center", va="center", fontsize=12, zorder=3)
+    # Room for the boxes at the ends: the axes' own margins are for points, not boxes.
+    ys = list(ypos.values())
+    ax1.set_xlim(-0.6, tree.max_depth + 0.6)
+    ax1.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
     ax1.set_xticks(
         range(tree.max_depth + 1), ["root"] + [f"head {d}" for d in range(1, tree.max_depth + 1)]
     )

@@ -1,7 +1,9 @@
 """The `specdec-course` command: generate and bench speedup, driven through `cli.main`."""
 
 import argparse
+import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -114,6 +116,76 @@ def test_bench_speedup_writes_its_json(tmp_path, capsys, monkeypatch):
     assert {r["heads"] for r in res["medusa"]} == {"hydra"}
     assert (tmp_path / "speedup_cpu.png").stat().st_size > 10_000
     assert "cost of one cached forward" in capsys.readouterr().out
+
+
+def _digest(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_bench_writes_to_scratch_and_leaves_the_committed_records_alone(
+    tmp_path, capsys, monkeypatch
+):
+    # The cheapest bench speedup, as a user types it (no --out): the committed records that
+    # generate and the lessons read stay as they were, byte for byte and for git.
+    from specdec_course.paths import REPO_ROOT, results_dir
+
+    monkeypatch.setattr(
+        bench, "validation_prompts", lambda tok, n=4, length=32: [tok.encode("\nKING LEAR:\n")]
+    )
+    monkeypatch.setenv("SPECDEC_SCRATCH", str(tmp_path / "scratch"))
+    before = _digest(results_dir())
+    git = ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", str(results_dir())]
+    in_git = (REPO_ROOT / ".git").exists()
+    status = subprocess.run(git, capture_output=True, text=True).stdout if in_git else ""
+    argv = ["bench", "speedup", "--quick", "--method", "ngram", "--temperature", "0"]
+    assert cli.main([*argv, "--repeats", "1"]) == 0
+    assert _digest(results_dir()) == before
+    if in_git:
+        assert subprocess.run(git, capture_output=True, text=True).stdout == status
+        # and the default scratch folder is one git ignores
+        probe = ["git", "-C", str(REPO_ROOT), "check-ignore", "-q", "bench-results/x.json"]
+        assert subprocess.run(probe).returncode == 0
+    assert (tmp_path / "scratch" / "speedup_cpu.json").exists()
+    assert f"wrote {tmp_path / 'scratch' / 'speedup_cpu.json'}" in capsys.readouterr().out
+
+
+def test_train_help_gives_the_hydra_steps_the_code_takes(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"its Hydra heads take {medusa.HYDRA_STEPS} whatever --steps says" in out
+
+
+def test_a_prompt_outside_the_vocabulary_gets_the_alphabet_and_a_fix_without_python(capsys):
+    assert cli.main(["generate", "caf\u00e9", "--max-new-tokens", "5"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "65 characters: letters A-Z a-z, newline, space and !&',-.:;?[]" in err
+    assert "remove or replace it in the text (e.g. café -> cafe" in err
+
+
+def test_only_record_writes_to_data_results():
+    from specdec_course.cli.bench_models import checked
+    from specdec_course.paths import results_dir, scratch_dir
+
+    parse = cli.build_parser().parse_args
+    for what in ("speedup", "verifier", "gpu", "beyond", "eagle", "hf"):
+        args = parse(["bench", what, "--record"])
+        checked(args)
+        assert args.out == str(results_dir()), what
+        args = parse(["bench", what])
+        checked(args)
+        assert args.out == str(scratch_dir()), what
+    with pytest.raises(SystemExit):  # one or the other
+        parse(["bench", "speedup", "--record", "--out", "x"])
+
+
+def test_bench_help_says_where_it_writes(capsys):
+    for what in ("speedup", "verifier", "gpu", "beyond", "eagle", "hf"):
+        with pytest.raises(SystemExit):
+            cli.main(["bench", what, "--help"])
+        out = "".join(capsys.readouterr().out.split())  # help wraps at a hyphen too
+        assert "--record" in out and "data/results/" in out and "bench-results/" in out, what
 
 
 # ----------------------------------------------------------------------------- help texts
@@ -263,9 +335,16 @@ def test_generate_compare_times_the_method_against_plain_decoding(capsys):
     args = ["generate", "--method", "ngram", "--max-new-tokens", "20", "--compare"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out.split("-" * 60)[1]
-    assert "on this machine (median of 5 round-robin runs each): ngram" in out
+    assert "median of 5 round-robin runs each" in out and "warm-up excluded" in out
     assert "autoregressive" in out and "chars/s" in out
+    assert out.count("chars/s") == 2  # one figure per method: the warm one, not the first run
     assert "as fast as plain decoding" in out or "plain decoding is faster" in out
+
+
+def test_generate_prints_one_speed_and_says_it_includes_the_warm_up(capsys):
+    assert cli.main(["generate", "--method", "ngram", "--max-new-tokens", "10"]) == 0
+    out = capsys.readouterr().out.split("-" * 60)[1]
+    assert out.count("chars/s") == 1 and "warm-up included" in out
 
 
 def test_generate_with_the_distilled_ngram(capsys):
@@ -339,6 +418,13 @@ def test_generate_accepts_the_smallest_temperature_and_greedy(capsys):
         (["train", "--preset", "ngram", "--steps", "5"], "--steps does not apply"),
         (["train", "--preset", "ngram", "--lr", "0.1"], "--lr does not apply"),
         (["bench", "speedup", "--repeats", "0"], "--repeats must be >= 1"),
+        (["bench", "speedup", "--temperature", "-1"], "--temperature -1"),
+        (["bench", "hf", "--temperature", "-1"], "--temperature -1"),
+        (
+            ["train", "--preset", "draft", "--init-from", "/tmp/x/missing.pt"],
+            "--init-from /tmp/x/missing.pt: no such file; check the path",
+        ),
+        (["train", "--preset", "draft", "--distill-from", "nope.pt"], "--distill-from nope.pt"),
         (["grade", "x.ipynb", "--scheduler", "local:0"], "--scheduler must be"),
         (["grade", "x.ipynb", "--scheduler", "myhost"], "--scheduler must be"),
     ],
@@ -349,6 +435,7 @@ def test_bad_options_get_one_clear_error_and_no_work(argv, words, capsys, tmp_pa
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "specdec-course train --preset" not in err
     assert not any(tmp_path.glob("*.pt")) and not any(tmp_path.glob("*.csv"))
 
 

@@ -181,7 +181,8 @@ def test_export_command_writes_both_folders(pair, tmp_path, capsys):
     from specdec_course.cli import main
 
     assert main(["export", "--format", "hf", str(tmp_path / "pair")]) == 0
-    assert "wrote draft" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "wrote draft" in said.out and "shards" not in said.err + said.out  # no progress bars
     draft, _ = hf.from_pretrained(tmp_path / "pair" / "draft")
     assert draft.config.n_layer == pair[1].config.n_layer
     assert draft.generation_config.eos_token_id is None and draft.config.pad_token_id is None

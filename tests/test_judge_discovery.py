@@ -136,7 +136,8 @@ def test_a_write_to_a_kernel_that_stops_reading_has_a_deadline():
         t0 = time.monotonic()
         with pytest.raises(TimeoutError):
             wire.write_frame(w, {"op": "x"}, [b"\0" * (8 * 2**20)], time.monotonic() + 0.3)
-        assert time.monotonic() - t0 < 5
+        # load-independent: a hang guard, 100 times the 0.3 s deadline (a hang never returns)
+        assert time.monotonic() - t0 < 30
         assert os.get_blocking(w)  # (left as it was)
     finally:
         os.close(r)

@@ -68,3 +68,43 @@ def test_tree_builder_grows_the_greedy_tree_and_its_expected_length():
         tb.nodes.value = n
         lengths.append(tb.widget.result["expected_accepted"])
     assert lengths == sorted(lengths)
+
+
+def test_tree_picture_keeps_every_node_and_its_label_inside_the_axes():
+    # Lesson 06's tree: the top and bottom nodes were clipped, and "root" spilled out of its
+    # circle. Each node is now its label's own box, and the axes leave room for the boxes.
+    import matplotlib.pyplot as plt
+
+    from specdec_course import plots
+
+    acc = torch.tensor([[0.5, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.1, 0.05]])
+    tree = medusa.build_tree(medusa.greedy_tree(acc, 10))
+    labels = ["root"] + ["/".join(str(r) for r in p) for p in tree.paths]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    plots.tree_picture(tree, labels, axes=axes)
+    fig.tight_layout()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = axes[0].get_window_extent(renderer)
+    nodes = axes[0].texts
+    assert len(nodes) == tree.size
+    for t in nodes:
+        patch = t.get_bbox_patch().get_window_extent(renderer)
+        label = t.get_window_extent(renderer)
+        assert box.x0 <= patch.x0 and patch.x1 <= box.x1, t.get_text()
+        assert box.y0 <= patch.y0 and patch.y1 <= box.y1, t.get_text()
+        assert patch.x0 <= label.x0 and label.x1 <= patch.x1, t.get_text()  # label in its node
+    plt.close(fig)
+
+
+def test_lesson_02_speedup_legend_sits_beside_the_curves():
+    import matplotlib.pyplot as plt
+
+    from specdec_course import plots
+
+    ax = plots.speedup_curves(0.8, [0.02, 0.05, 0.1, 0.2, 0.5])
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not legend.overlaps(ax.get_window_extent(renderer))
+    plt.close(ax.figure)

@@ -164,7 +164,11 @@ def test_cli_reports_a_missing_init_checkpoint(tmp_path, capsys):
         )
         == 2
     )
-    assert "specdec-course train --preset draft" in capsys.readouterr().err
+    # A typo in a path, not a missing shipped checkpoint: the file named, no retrain command.
+    err = capsys.readouterr().err
+    assert f"--init-from {tmp_path / 'none.pt'}: no such file; check the path" in err
+    assert "specdec-course train --preset" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.pt").exists()
 
 
 def test_cli_rejects_zero_steps(tmp_path):

@@ -4,8 +4,8 @@
 #   1. installs the package (and FlashInfer, if PyPI has a build for this torch: optional);
 #   2. runs the tests marked `gpu` (native kernels against the reference, chi-square per
 #      position on the GPU, CUDA-graph decoding against eager decoding);
-#   3. runs `specdec-course bench gpu`: the verifier sweep and the speedups on the GPU,
-#      written to data/results/{verifier,speedup,gpu_check}-<gpu>-<date>.{json,png}.
+#   3. runs `specdec-course bench gpu --record`: the verifier sweep and the speedups on the
+#      GPU, written to data/results/{verifier,speedup,gpu_check}-<gpu>-<date>.{json,png}.
 # Commit data/results/ afterwards: lessons 04, 05 and 07 show those records on any machine.
 #
 #   bash tools/gpu_check.sh          # on a GPU
@@ -14,12 +14,12 @@
 # SKIP_INSTALL=1 uses the environment as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dry=""
-if [[ "${1:-}" == "--dry" ]]; then dry="--dry"; fi
+mode="--record"  # on a GPU the records are the point: they go to data/results/
+if [[ "${1:-}" == "--dry" ]]; then mode="--dry"; fi
 start=$(date +%s)
 PY=${PYTHON:-python}
 
-if [[ -z "$dry" ]]; then
+if [[ "$mode" != "--dry" ]]; then
   if [[ "${SKIP_INSTALL:-0}" != 1 ]]; then
     # A CUDA build of torch must be there first (README); this keeps it. Offline, an
     # environment that already has everything goes on as it is.
@@ -43,6 +43,6 @@ echo "gpu tests finished in $(( $(date +%s) - t0 ))s"
 
 t0=$(date +%s)
 timeout 300 "$PY" -c "import sys; from specdec_course.cli import main; sys.exit(main())" \
-  bench gpu $dry
+  bench gpu $mode
 echo "bench gpu finished in $(( $(date +%s) - t0 ))s"
 echo "GPU check finished in $(( $(date +%s) - start ))s"

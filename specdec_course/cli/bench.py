@@ -1,9 +1,13 @@
-"""``specdec-course bench speedup|verifier|gpu|beyond|eagle|hf|roofline``: benchmarks, ratios in
-one run, and ``roofline``: the GPU cost model (a model, no measurement)."""
+"""``specdec-course bench speedup|verifier|gpu|beyond|eagle``: benchmarks, ratios in one run
+(``hf`` and ``roofline``, the GPU cost model, are in ``bench_models``)."""
 
 from __future__ import annotations
 
 import torch
+
+from . import bench_models
+from .bench_models import add_out as _add_out
+from .bench_models import checked
 
 # The drafts that read the target's features (lesson 09).
 FEATURE_READERS = ("eagle", "fused", "recurrent")
@@ -29,7 +33,8 @@ def add_parser(sub) -> None:
         "tokens per target call, Theorem 3.8's predicted speedup, the cost-aware one and the "
         "measured one (the median over repeats of the ratio to the plain runs beside it), "
         "and the cost of one cached target forward over 1 to 16 new tokens. Writes "
-        "speedup_cpu.json and speedup_cpu.png (the stored ones are in data/results/).\n\n"
+        "speedup_cpu.json and speedup_cpu.png to bench-results/, or with --record to "
+        "data/results/, whose records `generate` and the lessons read.\n\n"
         "Methods:\n"
         "  draft   the shipped 1-layer draft model, k = 1 ... 8 drafts per iteration\n"
         "  ngram      the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
@@ -67,9 +72,7 @@ def add_parser(sub) -> None:
         "(model.host), in plain and speculative decoding alike; numpy writes "
         "speedup_cpu_numpy.{json,png}",
     )
-    s.add_argument(
-        "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
-    )
+    _add_out(s)
     s.set_defaults(run=run)
     v = what.add_parser(
         "verifier",
@@ -81,9 +84,7 @@ def add_parser(sub) -> None:
         "about a GPU).",
     )
     v.add_argument("--quick", action="store_true", help="a small, fast sweep")
-    v.add_argument(
-        "--out", default=None, help="folder for JSON/CSV/PNG results (default: data/results/)"
-    )
+    _add_out(v)
     v.set_defaults(run=run)
     g = what.add_parser(
         "gpu",
@@ -91,7 +92,8 @@ def add_parser(sub) -> None:
         description="On a CUDA GPU: the verifier sweep (B, K, V) with do_bench, the byte "
         "model and the fraction of HBM peak, FlashInfer beside it when installed, and the "
         "speedup bench for the draft model, the n-gram draft and Medusa; writes "
-        "data/results/{verifier,speedup,gpu_check}-<gpu>-<date>.*. With --dry the same "
+        "{verifier,speedup,gpu_check}-<gpu>-<date>.* to bench-results/, or with --record to "
+        "data/results/ (commit them there). With --dry the same "
         "steps run on the CPU at tiny sizes (the Triton interpreter), results to a "
         "temporary folder, so the check cannot rot. tools/gpu_check.sh wraps it.",
     )
@@ -100,7 +102,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="run the check on the CPU at tiny sizes (results to a temporary folder)",
     )
-    g.add_argument("--out", default=None, help="folder for the results (default: data/results/)")
+    _add_out(g)
     g.set_defaults(run=run)
     b = what.add_parser(
         "beyond",
@@ -111,7 +113,8 @@ def add_parser(sub) -> None:
         "distilled n-gram as drafts; a static batch and the steady state, decode phase) "
         "with the target's call costs and the ceiling they allow; block against token-wise "
         "verification. Writes "
-        "beyond_cpu.json (the stored one is in data/results/, read by lessons 08 and 09).",
+        "beyond_cpu.json to bench-results/, or with --record to data/results/ (read by lessons "
+        "08 and 09).",
     )
     b.add_argument("--quick", action="store_true", help="fewer batch sizes and repeats")
     b.add_argument(
@@ -120,7 +123,7 @@ def add_parser(sub) -> None:
     b.add_argument(
         "--temperature", type=float, default=None, help="sampling temperature (default: 1)"
     )
-    b.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
+    _add_out(b)
     b.set_defaults(run=run)
     e = what.add_parser(
         "eagle",
@@ -130,7 +133,8 @@ def add_parser(sub) -> None:
         "fused: the draft model corrected by the newest feature; recurrent: a cell started "
         "from it), k = 1 ... 16, one thread, round-robin; print each draft's best k, speedup "
         "and acceptance and write "
-        "eagle_cpu.json (the stored one is in data/results/, read by lesson 09).",
+        "eagle_cpu.json to bench-results/, or with --record to data/results/ (read by lesson "
+        "09).",
     )
     e.add_argument(
         "--temperature",
@@ -139,65 +143,14 @@ def add_parser(sub) -> None:
         help="measure at this temperature only (default: 1, then 0)",
     )
     e.add_argument("--repeats", type=int, default=None, help="round-robin repeats (default: 5)")
-    e.add_argument("--out", default=None, help="folder for the JSON (default: data/results/)")
+    _add_out(e)
     e.set_defaults(run=run)
-    _add_roofline(what)
-    _add_hf(what)
-
-
-def _add_hf(what) -> None:
-    h = what.add_parser(
-        "hf",
-        help="Hugging Face generate (plain, assisted, prompt lookup) against the package's "
-        "loops, this CPU (lesson 10; needs the [hf] extra)",
-        description="Export the shipped pair to transformers' GPT2LMHeadModel and decode the "
-        "validation prompts (200 new characters each), one thread, batch 1, in rotating "
-        "order, with HF's plain generate, HF assisted generation (the draft model: fixed k, "
-        "HF's heuristic schedule, HF's defaults), HF prompt lookup, and the package's plain, "
-        "draft-model, n-gram and distilled n-gram loops (each at its best k of the stored "
-        "bench speedup record); print tokens per second and speedups over each side's plain "
-        "decoding and over HF's, profile where the per-token time goes, and write "
-        "hf_cpu.json and hf_cpu.png (the stored ones are in data/results/). Needs "
-        "pip install -e '.[hf]'.",
-    )
-    h.add_argument("--repeats", type=int, default=5, help="rotating repeats; the median is kept")
-    h.add_argument(
-        "--temperature",
-        type=float,
-        default=None,
-        help="measure at this temperature only (default: 0, then 1)",
-    )
-    h.add_argument(
-        "--out", default=None, help="folder for the JSON and PNG (default: data/results/)"
-    )
-    h.set_defaults(run=_hf)
-
-
-def _hf(args) -> int:
-    """HF generate against the package's loops (bench.hf), this CPU, one thread."""
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1; got {args.repeats}")
-    try:
-        from ..bench import hf as bench_hf
-        from ..hf import require_transformers
-
-        require_transformers()
-    except ImportError as e:
-        raise ValueError(str(e)) from None
-    torch.set_num_threads(1)
-    temps = (args.temperature,) if args.temperature is not None else (0.0, 1.0)
-    record = bench_hf.measure_hf(temperatures=temps, repeats=args.repeats, progress=True)
-    for race in record["runs"]:
-        print(bench_hf.format_hf_table(race))
-    command = bench_hf.COMMAND + ("" if args.repeats == 5 else f" --repeats {args.repeats}")
-    if args.temperature is not None:
-        command += f" --temperature {args.temperature:g}"
-    for path in bench_hf.save_hf_results(record, command, args.out):
-        print(f"wrote {path}")
-    return 0
+    bench_models.add_roofline(what, run)
+    bench_models.add_hf(what)
 
 
 def run(args) -> int:
+    checked(args)
     if args.what == "verifier":
         return _verifier(args)
     if args.what == "gpu":
@@ -207,7 +160,7 @@ def run(args) -> int:
     if args.what == "eagle":
         return _eagle(args)
     if args.what == "roofline":
-        return _roofline(args)
+        return bench_models.roofline(args)
     return _speedup(args)
 
 
@@ -242,7 +195,7 @@ def _verifier(args) -> int:
             raise ValueError("the Triton kernels disagree with the reference (see above)")
         print(
             "All identical. On a CUDA machine this command times the kernels and writes "
-            "JSON/CSV/PNG results to data/results/."
+            "JSON/CSV/PNG results to bench-results/ (data/results/ with --record)."
         )
         return 0
     if args.quick:
@@ -441,50 +394,3 @@ def _print_batch(name: str, batch: dict, ceiling: dict, calls: dict) -> None:
         f"{batch['steady_crossover_B']} (steady state), {ceiling['crossover_B']} (ceiling); "
         "None: it pays at every B measured"
     )
-
-
-def _add_roofline(what) -> None:
-    from ..bench import DEFAULT_CONTEXT, GPUS, SHAPES
-
-    r = what.add_parser(
-        "roofline",
-        help="a MODEL, not a measurement: a GPU call priced by bytes and flops, and the "
-        "speedups it predicts at this course's measured acceptance",
-        description="A roofline model, not a measurement (bench.roofline): price one target "
-        "call of T new tokens for B sequences by the bytes it moves (weights once per call, "
-        "the KV cache, activations) and its flops at a GPU's published peaks, print its cost "
-        "over a one-token call and the ridge where it turns compute bound, then each "
-        "method's best speedup by Theorem 3.8 and with the call priced, at the acceptance "
-        "stored in data/results/ (speedup_cpu.json, eagle_cpu.json). Where a GPU record is "
-        "stored (tools/gpu_check.sh), it says so: that one is measured.",
-    )
-    r.add_argument("--gpu", choices=sorted(GPUS), default="h200", help="whose published peaks")
-    r.add_argument("--target", choices=sorted(SHAPES), default="llama-3-8b", help="target shape")
-    r.add_argument(
-        "--draft", choices=sorted(SHAPES), default="llama-3.2-1b", help="the draft model's shape"
-    )
-    r.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64], help="batch sizes")
-    r.add_argument(
-        "--context", type=int, default=DEFAULT_CONTEXT, help="tokens already cached per row"
-    )
-    r.add_argument("--overhead-us", type=float, default=0.0, help="fixed cost per call, in us")
-    r.add_argument("--temperature", type=float, default=1.0, help="whose stored acceptance")
-    r.set_defaults(run=run)
-
-
-def _roofline(args) -> int:
-    """The roofline model's table (bench.roofline_methods.format_roofline_report)."""
-    from .. import bench
-
-    print(
-        bench.format_roofline_report(
-            gpu=args.gpu,
-            target=args.target,
-            draft=args.draft,
-            batches=tuple(args.batch),
-            context=args.context,
-            overhead_s=args.overhead_us * 1e-6,
-            temperature=args.temperature,
-        )
-    )
-    return 0

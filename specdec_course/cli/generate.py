@@ -214,10 +214,14 @@ def run(args) -> int:
     dt = time.perf_counter() - t0
     print(tok.decode(out))
     print("-" * 60)
-    print(
-        f"{args.method}: {args.max_new_tokens} new characters in {dt:.2f}s "
-        f"({args.max_new_tokens / max(dt, 1e-9):.0f} chars/s)"
-    )
+    if args.compare:  # one speed figure per run: the warm round-robin one, below
+        print(f"{args.method}: {args.max_new_tokens} new characters")
+    else:
+        print(
+            f"{args.method}: {args.max_new_tokens} new characters in {dt:.2f}s "
+            f"({args.max_new_tokens / max(dt, 1e-9):.0f} chars/s, one run, its warm-up "
+            "included; --compare times warm runs against plain decoding)"
+        )
     if why:
         print(why)
     if stats is not None:
@@ -252,7 +256,8 @@ def _compare(args, decode, setting: dict) -> str:
             else f" (the stored CPU bench's best, at k = {best['k']}, was {best['speedup']:.2f}x)"
         )
     return (
-        f"on this machine (median of {COMPARE_REPEATS} round-robin runs each): "
+        f"on this machine (median of {COMPARE_REPEATS} round-robin runs each, after the run "
+        "above: warm-up excluded): "
         f"{args.method} {n / s[args.method]:.0f} chars/s, autoregressive "
         f"{n / s['autoregressive']:.0f} chars/s; {verdict}{stored}"
     )

@@ -3,6 +3,8 @@ fused, recurrent, ngram)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 
@@ -29,7 +31,8 @@ def add_parser(sub) -> None:
         type=int,
         default=None,
         help="optimiser steps, >= 1 (default: the preset's; 2000 for medusa's Medusa-1 heads, "
-        "its Hydra heads take 5000; for eagle, overriding its first stage's skips its second)",
+        "its Hydra heads take 10000 whatever --steps says; for eagle, overriding its first "
+        "stage's skips its second)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="random seed of the initialisation and batches"
@@ -65,6 +68,12 @@ def run(args) -> int:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
     if args.preset in ("medusa", "eagle", "fused", "recurrent", "ngram"):
         _no_model_options(args)
+    for flag, value in (("--init-from", args.init_from), ("--distill-from", args.distill_from)):
+        if value is not None and not Path(value).is_file():  # a typo, not a missing preset
+            raise FileNotFoundError(
+                f"{flag} {value}: no such file; check the path (the shipped checkpoints are "
+                f"data/checkpoints/target.pt and draft.pt)"
+            )
     if args.preset == "ngram":
         return _distil_ngram(args)
     if args.preset == "medusa":

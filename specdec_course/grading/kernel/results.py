@@ -10,6 +10,7 @@ of the solution, is printed only when asked for (``report(hint=True)``: the stud
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -108,10 +109,10 @@ class CheckResult:
                 lines.append(f"    expected: {first.expected}")
                 lines.append(f"    got:      {first.got}")
         if self.status != "passed" and self.message:
-            lines.append(f"  {self.message}")
+            lines.append(_wrap(self.message, "  "))
         more = self.full_hint
         if more:
-            lines.append(f"  hint: {more}" if hint else f"  {HINT_OFFER}")
+            lines.append(_wrap(f"hint: {more}", "  ") if hint else f"  {HINT_OFFER}")
         if self.status == "passed" and self.false_failure_rate > 0:
             lines.append(
                 f"  (statistical cases: a correct function fails them by chance with "
@@ -153,14 +154,35 @@ class ExerciseReport:
         if hinted and not hint:
             lines.append(HINT_OFFER)
         for r in hinted if hint else ():
-            lines.append(f"{r.id}: {r.message}" if r.message else f"{r.id}:")
-            lines.append(f"  hint: {r.full_hint}")
+            lines.append(_wrap(f"{r.id}: {r.message}", "") if r.message else f"{r.id}:")
+            lines.append(_wrap(f"hint: {r.full_hint}", "  "))
         return "\n".join(lines)
 
     __str__ = report
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(self.report())
+
+
+# Reports are read in a notebook's output (JupyterLab wraps long lines mid-word) and in a
+# terminal: long sentences are wrapped at this width, continuation lines indented.
+WIDTH = 88
+
+
+def _wrap(text: str, indent: str) -> str:
+    """``text`` wrapped at ``WIDTH``, first line at ``indent``, the rest two spaces further;
+    its own line breaks kept."""
+    return "\n".join(
+        textwrap.fill(
+            para,
+            WIDTH,
+            initial_indent=indent,
+            subsequent_indent=indent + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for para in text.split("\n")
+    )
 
 
 def _pts(x: float) -> str:
