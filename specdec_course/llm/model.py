@@ -81,33 +81,35 @@ class LlamaCache(KVCache):
 
 
 class RMSNorm(nn.Module):
+    """``x / rms(x) * weight``, with ``rms(x) = sqrt(mean(x ** 2) + eps)`` over the last dim."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        # In float32 whatever the weights' dtype, as the reference implementations do.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(x.dtype)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
-def rotary_table(config: LlamaConfig) -> torch.Tensor:
-    """``[block_size, head_dim / 2, 2]``: cos and sin of each position's angle per pair."""
+def rotary_tables(config: LlamaConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos, sin`` ``[block_size, 1, head_dim]``: position ``t``'s rotation of each pair of
+    dimensions ``(2i, 2i+1)`` by ``t * theta ** (-2i / head_dim)`` radians, each value
+    written twice (once per dimension of its pair); ``sin`` carries the sign of the first
+    dimension's term, so that ``rotate(x) = x * cos + swap_pairs(x) * sin``."""
     hd = config.head_dim
     freqs = config.rope_theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
     angles = torch.outer(torch.arange(config.block_size, dtype=torch.float64), freqs)
-    return torch.stack([angles.cos(), angles.sin()], dim=-1).float()
+    cos = angles.cos().repeat_interleave(2, dim=-1)
+    sin = torch.stack([-angles.sin(), angles.sin()], dim=-1).flatten(-2)
+    return cos[:, None, :].float(), sin[:, None, :].float()
 
 
-def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """Rotate each adjacent pair of ``x`` ``[B, T, heads, head_dim]`` by ``rope [T, hd/2, 2]``."""
-    xp = x.float().unflatten(-1, (-1, 2))  # [B, T, h, hd/2, 2]
-    cos, sin = rope[None, :, None, :, 0], rope[None, :, None, :, 1]
-    x0, x1 = xp[..., 0], xp[..., 1]
-    out = torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1)
-    return out.flatten(-2).to(x.dtype)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each adjacent pair ``(x0, x1)`` of ``x`` ``[B, T, heads, head_dim]``:
+    ``(x0 cos - x1 sin, x1 cos + x0 sin)``, with ``cos, sin`` ``[T, 1, head_dim]``."""
+    swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0) in each pair
+    return x * cos + swapped * sin
 
 
 class Attention(nn.Module):
@@ -118,21 +120,23 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(config.n_embd, config.n_embd + 2 * kv, bias=False)
         self.wo = nn.Linear(config.n_embd, config.n_embd, bias=False)
 
-    def forward(self, x, rope, cache: LlamaCache, layer: int, mask):
+    def forward(self, x, cos, sin, cache: LlamaCache, layer: int, mask):
         B, T, C = x.shape
-        kv = self.n_kv_head * self.hd
-        q, k, v = self.wqkv(x).split([C, kv, kv], dim=-1)
-        q = apply_rotary(q.view(B, T, self.n_head, self.hd), rope).transpose(1, 2)
-        k = apply_rotary(k.view(B, T, self.n_kv_head, self.hd), rope).transpose(1, 2)
-        v = v.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
+        nh, hd = self.n_head, self.hd
+        qkv = self.wqkv(x).unflatten(-1, (-1, hd))  # [B, T, 9 + 3 + 3 heads, hd]
+        qk = apply_rotary(qkv[:, :, : nh + self.n_kv_head], cos, sin)  # queries and keys
+        q = qk[:, :, :nh].transpose(1, 2)  # [B, 9, T, hd]
+        k = qk[:, :, nh:].transpose(1, 2)  # [B, 3, T, hd]
+        v = qkv[:, :, nh + self.n_kv_head :].transpose(1, 2)
         start = cache.length
         end = start + T
         ck, cv = cache.k[layer], cache.v[layer]  # [B, n_kv_head, capacity, hd]
         ck[:, :, start:end] = k
         cv[:, :, start:end] = v
-        k, v = ck[:, :, :end], cv[:, :, :end]
         # Grouped-query attention: query head h reads key/value head h // 3.
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        y = F.scaled_dot_product_attention(
+            q, ck[:, :, :end], cv[:, :, :end], attn_mask=mask, enable_gqa=True
+        )
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -156,8 +160,8 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(config.n_embd, config.norm_eps)
         self.feed_forward = FeedForward(config)
 
-    def forward(self, x, rope, cache, layer, mask):
-        x = x + self.attention(self.attention_norm(x), rope, cache, layer, mask)
+    def forward(self, x, cos, sin, cache, layer, mask):
+        x = x + self.attention(self.attention_norm(x), cos, sin, cache, layer, mask)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -175,7 +179,9 @@ class Llama(nn.Module):
         self.norm = RMSNorm(config.n_embd, config.norm_eps)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.tok_embeddings.weight  # tied
-        self.register_buffer("rope", rotary_table(config), persistent=False)
+        cos, sin = rotary_tables(config)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
         self._head_w = None
         self._step = None
 
@@ -184,6 +190,9 @@ class Llama(nn.Module):
         logits) in float32 with a copy in ``compute_dtype`` for the head's product."""
         for layer in self.layers:
             layer.to(self.compute_dtype)
+        self.norm.to(self.compute_dtype)
+        self.rope_cos = self.rope_cos.to(self.compute_dtype)
+        self.rope_sin = self.rope_sin.to(self.compute_dtype)
         w = self.lm_head.weight
         self._head_w = w if self.compute_dtype == w.dtype else w.detach().to(self.compute_dtype)
         self._step = None
@@ -235,10 +244,10 @@ class Llama(nn.Module):
         if T > 1:  # position start + i sees keys 0 .. start + i
             pos = torch.arange(start + T, device=idx.device)
             mask = pos[None, :] <= pos[start:, None]
-        rope = self.rope[start : start + T]
+        cos, sin = self.rope_cos[start : start + T], self.rope_sin[start : start + T]
         x = self.tok_embeddings(idx).to(self.compute_dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope, cache, i, mask)
+            x = layer(x, cos, sin, cache, i, mask)
         cache.length = start + T
         return self.norm(x)
 
@@ -293,6 +302,9 @@ class LlamaStep:
         self.model = model
         self.C = model.config.n_embd
         self.w_t = model._head_w.t()
+
+    def new_cache(self) -> LlamaCache:
+        return self.model.new_cache(1)
 
     def hidden(self, ids: torch.Tensor, cache: LlamaCache, layers: int = 1) -> torch.Tensor:
         if layers != 1:
