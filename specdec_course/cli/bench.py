@@ -15,10 +15,10 @@ def add_parser(sub) -> None:
         help="benchmarks, reported as ratios measured in one run",
         description="Benchmarks, reported as ratios measured in one run. "
         "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle, hf, "
-        "roofline) for each one.",
+        "roofline, llm) for each one.",
     )
     what = p.add_subparsers(
-        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,hf,roofline}"
+        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,hf,roofline,llm}"
     )
     s = what.add_parser(
         "speedup",
@@ -143,6 +143,9 @@ def add_parser(sub) -> None:
     e.set_defaults(run=run)
     _add_roofline(what)
     _add_hf(what)
+    from . import bench_llm  # the real LLM: its own module (this one is near the house limit)
+
+    bench_llm.add_parser(what)
 
 
 def _add_hf(what) -> None:

@@ -293,15 +293,17 @@ class Llama(nn.Module):
 
 class LlamaStep:
     """``model.lean.LeanStep``'s interface for the Llama: ``step(ids [T], cache, out [T, V])``
-    writes the logits of ``T`` new tokens into ``out``; ``hidden(ids, cache)`` returns their
-    final hidden states ``[T, n_embd]``; ``w_t`` (the head's table transposed) and ``C``
-    (``n_embd``) are what the loop's EAGLE path reads. Unchecked: the loops call it with ids
-    and caches the checked paths accepted."""
+    writes the float32 logits of ``T`` new tokens into ``out``; ``hidden(ids, cache)``
+    returns their final hidden states ``[T, n_embd]`` in float32, and ``w_t`` (the float32
+    table transposed) and ``C`` (``n_embd``) are what the speculative loop's path for a
+    draft that reads the target's features multiplies them by. Unchecked: the loops call it
+    with ids and caches the checked paths accepted."""
 
     def __init__(self, model: Llama):
         self.model = model
         self.C = model.config.n_embd
-        self.w_t = model._head_w.t()
+        self.w_t = model.lm_head.weight.t()
+        self._head_t = model._head_w.t()  # the same table in the compute dtype
 
     def new_cache(self) -> LlamaCache:
         return self.model.new_cache(1)
@@ -309,13 +311,13 @@ class LlamaStep:
     def hidden(self, ids: torch.Tensor, cache: LlamaCache, layers: int = 1) -> torch.Tensor:
         if layers != 1:
             raise ValueError("the Llama's step gives the last layer's features only (layers=1)")
-        return self.model.decode_hidden(ids[None], cache)[0]
+        return self.model.decode_hidden(ids[None], cache)[0].float()
 
     def step(self, ids: torch.Tensor, cache: LlamaCache, out: torch.Tensor) -> torch.Tensor:
-        h = self.hidden(ids, cache)
-        if out.dtype == self.w_t.dtype:
-            return torch.mm(h, self.w_t, out=out)
-        return out.copy_(torch.mm(h, self.w_t))
+        h = self.model.decode_hidden(ids[None], cache)[0]
+        if h.dtype == out.dtype:
+            return torch.mm(h, self._head_t, out=out)
+        return out.copy_(torch.mm(h, self._head_t))
 
     def feed(self, ids: torch.Tensor, cache: LlamaCache) -> None:
         self.model.decode_hidden(ids[None], cache)

@@ -1,0 +1,134 @@
+"""The real LLM on this CPU: what a call costs against the tokens it scores, and prompt lookup.
+
+- :func:`call_costs`: one cached call scoring ``T`` new tokens after a ``context``-token
+  prefix, for several models, interleaved round-robin (one call of each model and size per
+  round; the median per cell kept), as ratios ``T(k) / T(1)``. SmolLM2 reads about 270 MB
+  (bfloat16) or 540 MB (float32) of weights per call whatever ``T``: its curve stays nearly
+  flat, the memory-bound regime speculative decoding is for. The character target's weights
+  fit in the CPU's caches; its calls cost the ops they dispatch and grow with ``T``.
+- :func:`dtype_costs`: the same call in float32 and bfloat16 at 1 and 2 threads (how
+  ``llm.loading.default_dtype`` was chosen).
+- :func:`lookup_speedup`: greedy ``decoding.generate`` against ``speculative_generate`` with
+  prompt lookup on grounded prompts (summarise, quote, edit a given passage), interleaved,
+  with the texts checked identical.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .. import decoding
+from .forward import _forward_timer
+
+__all__ = ["GROUNDED", "call_costs", "dtype_costs", "lookup_speedup"]
+
+_PASSAGE = (
+    "Speculative decoding speeds up a large language model without changing its output. "
+    "A small draft proposes several tokens, and the large model checks all of them in one "
+    "forward pass. Tokens that the large model agrees with are kept; at the first "
+    "disagreement the large model's own token is used instead. Because one pass over many "
+    "tokens costs about as much as a pass over one, the text comes out faster."
+)
+_CODE = (
+    "def mean(values):\n"
+    "    total = 0\n"
+    "    for v in values:\n"
+    "        total += v\n"
+    "    return total / len(values)\n"
+)
+# Input-grounded chat prompts: the answer copies long runs of the given text.
+GROUNDED = {
+    "quote": f"Repeat the following passage exactly, word for word:\n\n{_PASSAGE}",
+    "summarise": f"Summarise this passage in two sentences, reusing its words:\n\n{_PASSAGE}",
+    "edit": "Add a docstring to this Python function and return the whole function:\n\n" + _CODE,
+}
+
+
+def call_costs(
+    models: dict, sizes=tuple(range(1, 33)), *, context: int = 300, repeats: int = 5
+) -> dict:
+    """Median seconds of one cached call over ``T`` new tokens after ``context`` tokens, for
+    each model (``{name: model}``; the context is cut to what a model's window holds),
+    interleaved. Returns ``{name: {"context", "seconds": [...], "ratio": [T(k)/T(1)...]}}``
+    with ``"sizes"``."""
+    sizes = list(sizes)
+    ctx = {n: min(context, m.config.block_size - max(sizes)) for n, m in models.items()}
+    timers = {n: [_forward_timer(m, T, ctx[n]) for T in sizes] for n, m in models.items()}
+    runs = {n: [[] for _ in sizes] for n in models}
+    for r in range(repeats + 1):
+        for n, ts in timers.items():
+            for i, once in enumerate(ts):
+                s = once()
+                if r:  # the first round warms allocator and caches
+                    runs[n][i].append(s)
+    out: dict = {"sizes": sizes}
+    for n in models:
+        sec = [statistics.median(x) for x in runs[n]]
+        out[n] = {"context": ctx[n], "seconds": sec, "ratio": [s / sec[0] for s in sec]}
+    return out
+
+
+def dtype_costs(
+    models: dict, sizes=(1, 8), threads=(1, 2), *, context: int = 300, repeats: int = 5
+) -> dict:
+    """``{(name, threads): {T: median seconds}}`` for one cached call of each model (e.g.
+    ``{"float32": m32, "bfloat16": m16}``) at each thread count, interleaved."""
+    before = torch.get_num_threads()
+    timers = {n: {T: _forward_timer(m, T, context) for T in sizes} for n, m in models.items()}
+    runs = {(n, th): {T: [] for T in sizes} for n in models for th in threads}
+    try:
+        for r in range(repeats + 1):
+            for th in threads:
+                torch.set_num_threads(th)
+                for n, ts in timers.items():
+                    for T, once in ts.items():
+                        s = once()
+                        if r:
+                            runs[n, th][T].append(s)
+    finally:
+        torch.set_num_threads(before)
+    return {key: {T: statistics.median(v) for T, v in d.items()} for key, d in runs.items()}
+
+
+def lookup_speedup(
+    model,
+    tokenizer,
+    proposer,
+    prompts: dict | None = None,
+    *,
+    max_new_tokens: int = 96,
+    k: int = 8,
+    repeats: int = 1,
+) -> dict:
+    """Greedy plain decoding against greedy speculative decoding with ``proposer`` on each
+    chat prompt (default ``GROUNDED``), interleaved ``repeats`` times; the output stops at
+    ``max_new_tokens`` (no stop token, so both arms emit the same count). Returns
+    ``{name: {"plain_s", "spec_s", "speedup", "tokens_per_call", "identical", "text"}}``."""
+    prompts = GROUNDED if prompts is None else prompts
+    out = {}
+    for name, text in prompts.items():
+        ids = torch.tensor(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
+        plain_t, spec_t = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ref = decoding.generate(model, ids, max_new_tokens, temperature=0)
+            t1 = time.perf_counter()
+            got, st = decoding.speculative_generate(
+                model, proposer, ids, max_new_tokens, k=k, temperature=0
+            )
+            t2 = time.perf_counter()
+            plain_t.append(t1 - t0)
+            spec_t.append(t2 - t1)
+        p, s = statistics.median(plain_t), statistics.median(spec_t)
+        out[name] = {
+            "plain_s": p,
+            "spec_s": s,
+            "speedup": p / s,
+            "tokens_per_call": max_new_tokens / max(st.target_calls, 1),
+            "identical": bool(torch.equal(ref, got)),
+            "text": tokenizer.decode(got[ids.numel() :]),
+        }
+    return out
