@@ -20,10 +20,33 @@ import time
 
 import torch
 
-from .. import decoding
-from .forward import _forward_timer
+from .. import decoding, devices
 
 __all__ = ["GROUNDED", "call_costs", "dtype_costs", "lookup_speedup"]
+
+
+def _timer(model, n_new: int, context: int, clock):
+    """A function that times one cached call of ``model``'s loop step over ``n_new`` tokens
+    after ``context`` cached ones (the cache cropped back before each), by ``clock``."""
+    ids = torch.randint(
+        model.config.vocab_size, (context + n_new,), generator=torch.Generator().manual_seed(0)
+    )
+    step = model.lean_step()
+    cache = step.new_cache()
+    with torch.inference_mode():
+        step.feed(ids[:context], cache)
+    new, out = ids[context:], torch.empty(n_new, model.config.vocab_size)
+
+    @devices.with_native_cpu_kernels
+    @torch.inference_mode()
+    def once() -> float:
+        cache.crop(context)
+        t0 = clock()
+        step.step(new, cache, out)
+        return clock() - t0
+
+    return once
+
 
 _PASSAGE = (
     "Speculative decoding speeds up a large language model without changing its output. "
@@ -48,15 +71,21 @@ GROUNDED = {
 
 
 def call_costs(
-    models: dict, sizes=tuple(range(1, 33)), *, context: int = 300, repeats: int = 5
+    models: dict,
+    sizes=tuple(range(1, 33)),
+    *,
+    context: int = 300,
+    repeats: int = 5,
+    clock=time.perf_counter,
 ) -> dict:
     """Median seconds of one cached call over ``T`` new tokens after ``context`` tokens, for
     each model (``{name: model}``; the context is cut to what a model's window holds),
     interleaved. Returns ``{name: {"context", "seconds": [...], "ratio": [T(k)/T(1)...]}}``
-    with ``"sizes"``."""
+    with ``"sizes"``. ``clock=time.thread_time`` counts the CPU time of one thread (for
+    ``torch.set_num_threads(1)`` on a busy machine: time spent descheduled is left out)."""
     sizes = list(sizes)
     ctx = {n: min(context, m.config.block_size - max(sizes)) for n, m in models.items()}
-    timers = {n: [_forward_timer(m, T, ctx[n]) for T in sizes] for n, m in models.items()}
+    timers = {n: [_timer(m, T, ctx[n], clock) for T in sizes] for n, m in models.items()}
     runs = {n: [[] for _ in sizes] for n in models}
     for r in range(repeats + 1):
         for n, ts in timers.items():
@@ -72,12 +101,18 @@ def call_costs(
 
 
 def dtype_costs(
-    models: dict, sizes=(1, 8), threads=(1, 2), *, context: int = 300, repeats: int = 5
+    models: dict,
+    sizes=(1, 8),
+    threads=(1, 2),
+    *,
+    context: int = 300,
+    repeats: int = 5,
+    clock=time.perf_counter,
 ) -> dict:
     """``{(name, threads): {T: median seconds}}`` for one cached call of each model (e.g.
     ``{"float32": m32, "bfloat16": m16}``) at each thread count, interleaved."""
     before = torch.get_num_threads()
-    timers = {n: {T: _forward_timer(m, T, context) for T in sizes} for n, m in models.items()}
+    timers = {n: {T: _timer(m, T, context, clock) for T in sizes} for n, m in models.items()}
     runs = {(n, th): {T: [] for T in sizes} for n in models for th in threads}
     try:
         for r in range(repeats + 1):
@@ -102,6 +137,7 @@ def lookup_speedup(
     max_new_tokens: int = 96,
     k: int = 8,
     repeats: int = 1,
+    clock=time.perf_counter,
 ) -> dict:
     """Greedy plain decoding against greedy speculative decoding with ``proposer`` on each
     chat prompt (default ``GROUNDED``), interleaved ``repeats`` times; the output stops at
@@ -113,13 +149,13 @@ def lookup_speedup(
         ids = torch.tensor(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
         plain_t, spec_t = [], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = clock()
             ref = decoding.generate(model, ids, max_new_tokens, temperature=0)
-            t1 = time.perf_counter()
+            t1 = clock()
             got, st = decoding.speculative_generate(
                 model, proposer, ids, max_new_tokens, k=k, temperature=0
             )
-            t2 = time.perf_counter()
+            t2 = clock()
             plain_t.append(t1 - t0)
             spec_t.append(t2 - t1)
         p, s = statistics.median(plain_t), statistics.median(spec_t)

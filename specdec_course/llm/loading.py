@@ -1,12 +1,16 @@
 """``llm.load``: the course's Llama with SmolLM2's weights and tokenizer, once per process.
 
-The weight dtype. Dequantized, the file is 135M parameters; a decode step reads every one,
-so at batch 1 its cost is the bytes it moves, and halving them (bfloat16) halves it where the
-CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX; ``torch.backends.cpu.
-get_cpu_capability()`` names the best vector unit ATen found). ``default_dtype()`` picks
-bfloat16 on such a CPU and float32 elsewhere, where bfloat16 products are emulated and slower
-than float32 ones; the choice was measured (see ``bench.llm`` and the branch's report).
-The logits are float32 in both (``llm.model``).
+The weight dtype: float32 by default, chosen by measurement. A decode step reads every
+weight, so bfloat16 (half the bytes: 270 MB instead of 540 MB) should halve a memory-bound
+step where the CPU multiplies bfloat16 natively; ``load(dtype=torch.bfloat16)`` gives it.
+On the course's 2-core machine (Intel Xeon, AVX-512 with AVX512-BF16, torch 2.13 CPU),
+one call after a 300-token context, one thread, CPU time of the thread (``bench.llm.
+call_costs(..., clock=time.thread_time)``), the two were equal for one token (71 and 69 ms)
+but bfloat16 grew far faster with the tokens scored: 178 against 285 ms for 9 tokens, 190
+against 908 ms for 32 (ATen's bfloat16 products at a few rows were compute-bound there,
+float32's were not), and a speculative call scores k + 1 tokens. float32 is also what the
+logits are checked against (``LlamaForCausalLM`` in float32) and gives the same tokens on
+every CPU that runs the notebooks. The logits are float32 in both (``llm.model``).
 """
 
 from __future__ import annotations
@@ -22,19 +26,9 @@ __all__ = ["default_dtype", "load", "build"]
 _loaded: dict = {}
 
 
-def _has_bf16_units() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
-
-
 def default_dtype() -> torch.dtype:
-    """bfloat16 where the CPU has bfloat16 units and ATen uses AVX-512, else float32."""
-    if torch.backends.cpu.get_cpu_capability() == "AVX512" and _has_bf16_units():
-        return torch.bfloat16
+    """float32: measured faster than bfloat16 for the calls speculative decoding makes (see the
+    module docstring); pass ``dtype=torch.bfloat16`` to ``load`` to measure it on yours."""
     return torch.float32
 
 
