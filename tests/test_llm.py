@@ -7,7 +7,7 @@ absent. The model loads once per module (about 15 s on a 2-core CPU); transforme
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 import numpy as np
 import pytest
@@ -19,7 +19,9 @@ from specdec_course.sampling import process_logits
 
 def _why_skip() -> str | None:
     for mod in ("gguf", "tokenizers", "jinja2"):
-        if importlib.util.find_spec(mod) is None:
+        try:
+            importlib.import_module(mod)
+        except ImportError:
             return f"the [llm] extra is not installed ({mod} missing): pip install -e '.[llm]'"
     from specdec_course.llm import gguf_load
 
