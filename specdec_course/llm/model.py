@@ -1,4 +1,4 @@
-"""A Llama written for the course: SmolLM2-135M's architecture in about 250 lines.
+"""A Llama written for the course: SmolLM2-135M's architecture in about 300 lines.
 
 The same decoder as lesson 03's ``CharGPT`` with the four changes Llama made (Touvron et al.
 2023), each a few lines below:
