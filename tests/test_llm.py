@@ -185,10 +185,10 @@ def _exact_joint(model, prompt) -> dict:
     }
 
 
-def _pairs(model, prompt, runs, seed, k=2):
+def _pairs(model, prompt, runs, seed, k=2, name="prompt_lookup"):
     from specdec_course import llm
 
-    lookup = llm.proposers(model)["prompt_lookup"]
+    lookup = llm.proposers(model)[name]
     g = torch.Generator().manual_seed(seed)
     n0 = prompt.numel()
     seen = []
@@ -223,6 +223,60 @@ def test_sampling_with_prompt_lookup_follows_the_exact_joint_law(llm32):
     res = stats.chi_square_test(_cells(_pairs(model, prompt, 200, seed=1), support), expected)
     assert res.false_failure_rate < 1e-5
     assert res.passed, str(res)
+
+
+def test_sampling_with_the_feature_draft_follows_the_exact_joint_law(llm32):
+    """The same law as above with the trained feature draft proposing both tokens (k = 2)
+    from its own reduced-vocabulary q after top-2 processing: neither one-hot nor equal to p,
+    so both the accept test and the residual draw decide. 200 runs, 4 cells, df 3, the same
+    threshold and false-failure rate (4.6e-6)."""
+    model, tok = llm32
+    prompt = torch.tensor(tok.encode(LAW_TEXT))
+    joint = _exact_joint(model, prompt)
+    support = list(joint)
+    expected = np.array([joint[c] for c in support])
+    seen = _pairs(model, prompt, 200, seed=3, name="feature_draft")
+    res = stats.chi_square_test(_cells(seen, support), expected)
+    assert res.false_failure_rate < 1e-5
+    assert res.passed, str(res)
+
+
+def test_greedy_feature_draft_equals_greedy_generate(llm32):
+    """On an open chat prompt the trained draft's greedy output is the target's, token for
+    token, and some of its drafts are accepted."""
+    from specdec_course import llm
+
+    model, tok = llm32
+    prompt = torch.tensor(
+        tok.apply_chat_template([{"role": "user", "content": "Why is the sea salty?"}])
+    )
+    ref = decoding.generate(model, prompt, 24, temperature=0)
+    draft = llm.proposers(model)["feature_draft"]
+    out, st = decoding.speculative_generate(model, draft, prompt, 24, k=4, temperature=0)
+    assert torch.equal(out, ref), tok.decode(out[prompt.numel() :])
+    assert st.accepted > 0
+    assert st.target_calls < 24
+
+
+def test_feature_draft_checkpoint_loads_safely_and_knows_its_target(llm32, tmp_path):
+    """The shipped draft loads with weights_only=True; a checkpoint whose fingerprint is
+    another target's is refused with a one-line error."""
+    from specdec_course.llm import draft as llm_draft
+    from specdec_course.paths import checkpoints_dir
+
+    model, _ = llm32
+    path = checkpoints_dir() / llm_draft.CHECKPOINT
+    ck = torch.load(path, weights_only=True)
+    d = llm_draft.load_draft(model)
+    R = d.vocab_ids.numel()
+    assert d.head.weight.shape == (R, model.config.n_embd)
+    assert R < model.config.vocab_size // 8  # the reduced vocabulary
+    ck["target_sha256"] = "0" * 64
+    torch.save(ck, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="another target"):
+        llm_draft.load_draft(model, tmp_path / "other.pt")
+    with pytest.raises(FileNotFoundError, match="llm_distill"):
+        llm_draft.load_draft(model, tmp_path / "missing.pt")
 
 
 class _LyingLookup:

