@@ -22,7 +22,7 @@ import torch
 
 from .. import decoding
 
-__all__ = ["proposer_speedups", "best_k", "hf_race"]
+__all__ = ["proposer_speedups", "best_k", "hf_race", "load_llm_results"]
 
 
 def _chat(tok, text):
@@ -200,3 +200,19 @@ def hf_race(
         plain_tok_s=n / plain, lookup_tok_s=n / spec, speedup=plain / spec, identical=same
     )
     return out
+
+
+def load_llm_results() -> dict:
+    """The committed record of ``specdec-course bench llm --record``
+    (``data/results/llm_cpu.json``), which lesson 11 reads."""
+    import json
+
+    from ..paths import results_dir
+
+    path = results_dir() / "llm_cpu.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: restore it with git checkout, or measure it with "
+            "specdec-course bench llm --record (about 20 minutes)"
+        )
+    return json.loads(path.read_text())
