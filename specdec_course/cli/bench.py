@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import bench_models
+from . import bench_llm, bench_models
 from .bench_models import add_out as _add_out
 from .bench_models import checked
 
@@ -147,6 +147,7 @@ def add_parser(sub) -> None:
     e.set_defaults(run=run)
     bench_models.add_roofline(what, run)
     bench_models.add_hf(what)
+    bench_llm.add_parser(what)  # the real LLM, in its own module
 
 
 def run(args) -> int:

@@ -457,8 +457,11 @@ class CharGPT(nn.Module):
 
 
 def check_model(model, name: str = "model") -> CharGPT:
-    """Return ``model`` if it is a ``CharGPT``; else ValueError naming the argument."""
-    if not isinstance(model, CharGPT):
+    """Return ``model`` if it is a ``CharGPT``, or another decoder whose class declares that it
+    has everything the decoding loops read (``course_decoder = True``: ``config.vocab_size``
+    and ``block_size``, ``lm_head.weight``, ``new_cache``, ``forward(idx, cache)``,
+    ``lean_step``; ``llm.model.Llama``); else ValueError naming the argument."""
+    if not isinstance(model, CharGPT) and not getattr(type(model), "course_decoder", False):
         raise ValueError(
             f"{name} must be a CharGPT (e.g. model.load_pretrained('target')); "
             f"got {type(model).__name__}"

