@@ -54,8 +54,12 @@ class _Anon(ast.NodeTransformer):
 
 
 def _strip_docstring(body):
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(getattr(body[0], "value", None), ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]
     return body or [ast.Pass()]
 
@@ -84,8 +88,9 @@ def _functions(tree: ast.AST):
 
 
 def _stub(fn) -> bool:
-    return any(isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n)
-               for n in ast.walk(fn))
+    return any(
+        isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n) for n in ast.walk(fn)
+    )
 
 
 def graded_bodies(stub_nb: Path, solution_nb: Path) -> dict[str, list[str]]:
@@ -200,7 +205,7 @@ def tokens_per_call(rates):
     return out
 '''
 
-PLANTED_SLICED = '''
+PLANTED_SLICED = """
 for trial in range(3):
     def depth_tokens(rates, k):
         out, alive = 1.0, 1.0
@@ -208,21 +213,25 @@ for trial in range(3):
             alive *= r
             out += alive
         return out
-'''
+"""
 
-UNRELATED = '''
+UNRELATED = """
 def tokens_per_call(rates):
     return sum(math.prod(rates[:i]) for i in range(len(rates) + 1))
-'''
+"""
 
 
 def test_planted_answers_are_caught():
     assert "ex02_acceptance.expected_tokens" in answers_in(PLANTED_EXPECTED_TOKENS, ALL_BODIES)
     assert "ex02_acceptance.expected_tokens" in answers_in(PLANTED_SLICED, ALL_BODIES)
     # Inlined at module level, no def around it, with a magic line in the cell.
-    inlined = "%matplotlib inline\n" + "\n".join(
-        l[4:] for l in PLANTED_EXPECTED_TOKENS.split("\n")[3:-2]
-    ) + "\nprint(out)\n"
-    assert "ex02_acceptance.expected_tokens" in answers_in(inlined.replace("rates", "xs"), ALL_BODIES)
+    inlined = (
+        "%matplotlib inline\n"
+        + "\n".join(l[4:] for l in PLANTED_EXPECTED_TOKENS.split("\n")[3:-2])
+        + "\nprint(out)\n"
+    )
+    assert "ex02_acceptance.expected_tokens" in answers_in(
+        inlined.replace("rates", "xs"), ALL_BODIES
+    )
     # A different way to compute the same number is not the exercise's code.
     assert answers_in(UNRELATED, ALL_BODIES) == []
