@@ -153,3 +153,9 @@ def data_readme(heading: str | None = None) -> tuple[str, str]:
     if heading is None:
         return text, text
     return text, text.split(f"## {heading}")[1].split("## ")[0]
+
+
+def report_text(result) -> str:
+    """A check's report with its line wrapping undone (reports wrap prose at 88 columns, so a
+    phrase a test looks for may span two lines)."""
+    return " ".join(result.report().split())

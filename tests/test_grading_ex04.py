@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import report_text
 
 from specdec_course.grading import checks_for, grade_namespace, run_check
 
@@ -232,7 +233,7 @@ def test_solution_earns_every_point():
 def test_wrong_rollback_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex04.rollback", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
-    assert says in r.report(), r.report()
+    assert says in report_text(r), r.report()
 
 
 @pytest.mark.parametrize(
@@ -250,7 +251,7 @@ def test_wrong_rollback_fails_with_a_diagnosis(wrong, says):
 def test_wrong_commit_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex04.commit_tokens", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
-    assert says in r.report(), r.report()
+    assert says in report_text(r), r.report()
 
 
 @pytest.mark.parametrize(
@@ -268,7 +269,7 @@ def test_wrong_commit_fails_with_a_diagnosis(wrong, says):
 def test_wrong_step_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex04.speculative_step", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
-    assert says in r.report(), r.report()
+    assert says in report_text(r), r.report()
 
 
 def test_untouched_stubs_are_not_attempted():

@@ -9,6 +9,7 @@ head (on h alone) and breadth-first mask do not pass as they are.
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import report_text
 from torch import nn
 
 from specdec_course.grading import checks_for, run_check
@@ -311,7 +312,7 @@ BIASES = [
 def test_wrong_head_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex06.medusa_head", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
-    assert says in r.report(), r.report()
+    assert says in report_text(r), r.report()
 
 
 def test_lesson_06s_one_block_head_does_not_pass_as_is():
@@ -330,7 +331,7 @@ def test_lesson_06s_one_block_head_does_not_pass_as_is():
 def test_wrong_loss_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex06.medusa_loss", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
-    assert says in r.report(), r.report()
+    assert says in report_text(r), r.report()
 
 
 @pytest.mark.parametrize(
@@ -348,7 +349,7 @@ def test_wrong_loss_fails_with_a_diagnosis(wrong, says):
 def test_wrong_bias_fails_with_a_diagnosis(wrong, says):
     r = run_check("ex06.tree_attention_bias", wrong)
     assert r.status == "failed" and r.points == 0, r.report()
-    assert says in r.report(), r.report()
+    assert says in report_text(r), r.report()
 
 
 def test_untouched_stubs_are_not_attempted():
