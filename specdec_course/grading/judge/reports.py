@@ -31,7 +31,8 @@ __all__ = [
 ]
 
 CSV_FIELDS = [
-    *("file", "exercise", "points", "max_points", "status", "message", "notes", "flags", "seed")
+    *("file", "exercise", "points", "max_points", "status", "message", "notes", "flags"),
+    *("time_limited", "seed"),
 ]
 CHECK_CSV_FIELDS = ["file", "exercise", "check", "points", "max_points", "status", "message"]
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -89,7 +90,9 @@ def write_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
 
     Columns: file, exercise, points, max_points, status ("passed" or the first non-passing
     check's status), message (the first problem, prefixed by its check id), notes (what
-    happened to the notebook's cells), flags (copy detection, for the instructor) and seed
+    happened to the notebook's cells), flags (copy detection, for the instructor),
+    time_limited (each check decided by a time limit: it timed out, was re-run alone, and
+    what the re-run gave) and seed
     (of the run's cases: ``--seed`` reproduces them). A notebook whose exercise is unknown
     gets status "unknown exercise".
     """
@@ -108,6 +111,7 @@ def write_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
                     _cell(r.first_problem),
                     _cell("; ".join(r.notes) if r.checks else ""),
                     _cell("; ".join(r.flags)),
+                    _cell("; ".join(r.time_limited)),
                     "" if r.seed is None else str(r.seed),
                 ]
             )
@@ -177,7 +181,10 @@ def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> Non
                 name=escape(c.id),
                 time=f"{c.seconds:.3f}",
             )
-            ET.SubElement(tc, "properties")
+            props = ET.SubElement(tc, "properties")
+            for entry in r.time_limited:
+                if entry.split(":", 1)[0] == c.id:
+                    ET.SubElement(props, "property", name="time_limited", value=escape(entry))
             # The instructor's copy of the report: the hint included.
             text = "\n".join(escape(line) for line in c.report(hint=True).split("\n"))
             if c.status == "failed":

@@ -155,6 +155,27 @@ def grade(
         warnings = list(the_plan.warnings)
     else:
         warnings = run_on_dask(queue, jobs, scheduler, sandbox_mode, finish)
+
+    # A check that ran out of time is graded again, alone (nothing else grading beside it),
+    # before it is scored: a busy machine costs no one points. Both runs are in the
+    # gradebook's time_limited column.
+    again = {i: jobs[i].only(results[i].timed_out()) for i in queue if results[i].timed_out()}
+
+    def rerun_done(i: int, res: SubmissionResult) -> None:
+        results[i].merge_rerun(res)
+        if progress:
+            print(
+                f"[re-run alone] {escape(res.file)}: {results[i].points:g}/"
+                f"{results[i].max_points:g} {escape(results[i].status)}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    for i in again:  # one at a time
+        if scheduler is None:
+            _run_pool([i], again, 1, the_plan, rerun_done)
+        else:
+            run_on_dask([i], again, scheduler, sandbox_mode, rerun_done)
     out = GradeRun(results[i] for i in range(len(subs)))
     out.seed = run_seed
     out.warnings = warnings
