@@ -144,7 +144,9 @@ class _Names:
         return out
 
 
-def _parse(source: str) -> ast.Module | None:
+def _parse(source: str) -> ast.Module | str:
+    """The cell's tree, or why it has none: ``"syntax"`` (Python cannot run it either) or
+    ``"depth"`` (too deep or too large for the scan, which the kernel may still run)."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
@@ -153,8 +155,20 @@ def _parse(source: str) -> ast.Module | None:
         pass
     try:
         return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    except (SyntaxError, ValueError):
+        return "syntax"
+    except (RecursionError, MemoryError):
+        return "depth"
+
+
+def _unread(found: Findings, n: int, why: str) -> None:
+    # A cell the scan cannot read is said, never skipped in silence. One Python cannot
+    # compile does not run either (a flag); one too deep for the scan may run in a kernel
+    # whose recursion limit was raised: what it does cannot be seen, so it costs the points.
+    if why == "syntax":
+        found.flag(f"code cell {n} does not parse (a syntax error): the copy scan skipped it")
+    else:
+        found.tamper(f"code cell {n} is nested too deeply for the copy scan to read")
 
 
 def _top_statements(body: list[ast.stmt]):
@@ -378,17 +392,19 @@ def scan(
     """Scan the code ``cells`` (in order) for copies of the package's objects bound to the
     ``needs`` names, and for flags. ``answers``: the package's own versions of what the
     exercise asks for (dotted paths of functions and methods): a ``def`` or class that
-    refers to one anywhere is a forwarder. Cells that do not parse are skipped. Never
-    raises."""
+    refers to one anywhere is a forwarder. A cell that does not parse is flagged (a syntax
+    error), or counts as tampering (nested too deeply to read). Never raises, but may run
+    long on a huge notebook: the judge runs it bounded (:mod:`.scan_bounds`)."""
     found = Findings()
     names = _Names()
     bindings: dict[str, tuple[str, object]] = {}
     needs = set(needs)
     answers = tuple(answers)
     tainted: dict[str, str] = {}  # notebook names whose code uses an answer
-    for source in cells:
+    for n, source in enumerate(cells, 1):
         tree = _parse(source if isinstance(source, str) else "")
-        if tree is None:
+        if isinstance(tree, str):
+            _unread(found, n, tree)
             continue
         try:
             for node in _top_statements(tree.body):
@@ -425,7 +441,7 @@ def scan(
                                 names.package.pop(t.id, None)
             _notebook_flags(tree, names, found)
         except RecursionError:
-            continue
+            _unread(found, n, "depth")
     for name in sorted(needs):
         kind, why = bindings.get(name, ("", None))
         if kind == "import" and isinstance(why, str) and why.startswith(PACKAGE + "."):

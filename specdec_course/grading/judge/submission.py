@@ -23,11 +23,11 @@ import nbformat
 
 from . import context, withheld
 from .context import wall_backstop
-from .copying import scan
 from .core import CheckResult, CheckSpec, checks_for, public_implementations, run_check
 from .jobs import Job, SubmissionResult
 from .remote import Remote
 from .sandbox import Plan
+from .scan_bounds import bounded_scan, too_much_code
 from .session import KernelGone, Session
 
 __all__ = ["grade_submission"]
@@ -245,6 +245,7 @@ def grade_submission(
         cells = [c.source for c in nb_obj.cells if c.cell_type == "code"]
         if not all(isinstance(c, str) for c in cells):
             raise ValueError("a code cell's source is not text")
+        too_much = too_much_code(cells)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the student's problem
         # The error's type only: its text may quote the file (which may be anyone's).
         reason = f"not a readable notebook ({type(e).__name__}; open it in Jupyter to see why)"
@@ -252,9 +253,13 @@ def grade_submission(
         result.notes.append(reason)
         result.seconds = time.monotonic() - t0
         return result
-    findings = scan(
-        cells, {n for s in specs for n in s.needs}, public_implementations(job.exercise)
-    )
+    if too_much:
+        result.checks = job.failed_checks("unreadable", too_much)
+        result.notes.append(too_much)
+        result.seconds = time.monotonic() - t0
+        return result
+    needs = {n for s in checks_for(job.exercise) for n in s.needs}
+    findings = bounded_scan(cells, needs, public_implementations(job.exercise))
     nb = _Notebook(job, plan, cells, seq)
     try:
         if not findings.tampering:  # (tampering scores 0 without running anything)
