@@ -36,6 +36,10 @@ import importlib
 import re
 from dataclasses import dataclass, field
 
+from .reading import dead as _dead
+from .reading import live_walk as _live_walk
+from .reading import parse as _parse
+
 __all__ = ["Findings", "scan"]
 
 PACKAGE = "specdec_course"
@@ -144,23 +148,6 @@ class _Names:
         return out
 
 
-def _parse(source: str) -> ast.Module | str:
-    """The cell's tree, or why it has none: ``"syntax"`` (Python cannot run it either) or
-    ``"depth"`` (too deep or too large for the scan, which the kernel may still run)."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        source = TransformerManager().transform_cell(source)  # magics become Python
-    except Exception:  # noqa: BLE001 - IPython missing or a cell it cannot transform
-        pass
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):
-        return "syntax"
-    except (RecursionError, MemoryError):
-        return "depth"
-
-
 def _unread(found: Findings, n: int, why: str) -> None:
     # A cell the scan cannot read is said, never skipped in silence. One Python cannot
     # compile does not run either (a flag); one too deep for the scan may run in a kernel
@@ -179,6 +166,8 @@ def _top_statements(body: list[ast.stmt]):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         for attr in ("body", "orelse", "finalbody"):
+            if _dead(node, attr):
+                continue
             inner = getattr(node, attr, None)
             if isinstance(inner, list):
                 yield from _top_statements([n for n in inner if isinstance(n, ast.stmt)])
@@ -345,7 +334,7 @@ def _grader_flags(node: ast.AST, names: _Names, found: Findings) -> None:
 
 
 def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
-    for node in ast.walk(tree):
+    for node in _live_walk(tree):
         _grader_flags(node, names, found)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _SOLUTIONS.search(node.value):

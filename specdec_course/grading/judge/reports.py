@@ -3,8 +3,10 @@
 Everything a submission can influence (its file name, its exception messages) is text from
 outside: control characters are escaped everywhere (``\\x1b``, ``\\n``: no terminal escape
 codes, no fake rows, always valid XML), and in the CSVs a field that a spreadsheet would
-read as a formula (``=``, ``+``, ``-``, ``@``) gets a leading apostrophe. Each file is written
-to a temporary file beside it and renamed into place, so a reader never sees half of one.
+read as a formula (``=``, ``+``, ``-``, ``@``, their full-width and small forms, after any
+leading whitespace a spreadsheet trims, Unicode spaces included) gets a leading apostrophe.
+Each file is written to a temporary file beside it and renamed into place, so a reader never
+sees half of one.
 """
 
 from __future__ import annotations
@@ -62,9 +64,22 @@ def escape(text: object) -> str:
     return "".join(out)
 
 
+def _formula_like(s: str) -> bool:
+    # Spreadsheets trim leading whitespace (any Unicode space: no-break, ideographic...)
+    # before they look for a formula, and read full-width and small forms of = + - @ (and
+    # the minus sign) as the ASCII ones.
+    i = 0
+    while i < len(s) and (s[i].isspace() or unicodedata.category(s[i]) in ("Zs", "Cf")):
+        i += 1
+    if i == len(s):
+        return False
+    ch = unicodedata.normalize("NFKC", s[i])[:1]
+    return ch in _FORMULA or s[i] in ("\u2212", "\u2796", "\u2795")
+
+
 def _cell(text: object) -> str:
     s = escape(text)
-    return "'" + s if s.startswith(_FORMULA) else s
+    return "'" + s if s.startswith(_FORMULA) or _formula_like(s) else s
 
 
 def _atomic_write(path: str | os.PathLike, write: Callable[[io.TextIOBase], None]) -> None:
