@@ -196,6 +196,7 @@ def _binds() -> list[str]:
         opts += ["--ro-bind", r, r]
     hidden = os.path.realpath(judge_dir())
     opts += ["--tmpfs", hidden, "--remount-ro", hidden]
+    opts += withheld.hidden_package_options()  # transformers' own speculative sampling, ...
     # The venv's python is a symlink into the base installation; keep the path it was run by.
     exe_dir = os.path.dirname(os.path.abspath(sys.executable))
     if not any(exe_dir == r or exe_dir.startswith(r + "/") for r in roots + ["/usr"]):
