@@ -196,7 +196,9 @@ def test_solution_notebooks_get_full_marks(graded, name):
     assert _points(rows) == (10, 10)
     assert all(r["status"] == "passed" and r["message"] == "" for r in rows)
     # Nothing the solution uses of the package is withheld from its sandbox or flagged.
-    assert graded["book"][name]["flags"] == ""
+    # (The class holds copies of the solutions under other names: those are near-copies.)
+    flags = [f for f in graded["book"][name]["flags"].split("; ") if f]
+    assert [f for f in flags if not f.startswith("a near-copy of ")] == []
 
 
 @pytest.mark.parametrize(

@@ -373,7 +373,10 @@ def test_the_packages_own_answers_are_not_in_the_sandbox(run):
         assert float(row["points"]) == 0 and row["status"] == "not attempted", check
     # Honest classmates, graded in the same run by the same workers, keep every point.
     for name in ("classmate_ex01", "classmate_ex05"):
-        assert run["book"][name]["flags"] == "" and float(run["book"][name]["points"]) == 10
+        flags = [f for f in run["book"][name]["flags"].split("; ") if f]
+        # (The class holds copies of these notebooks under other names: near-copies.)
+        assert all(f.startswith("a near-copy of ") for f in flags), flags
+        assert float(run["book"][name]["points"]) == 10
 
 
 FORKS = """

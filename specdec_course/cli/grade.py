@@ -49,6 +49,15 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--exercise", default=None, help="grade as this exercise (default: by name)")
     p.add_argument(
+        "--solutions",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a folder of solutions (repeatable): a hard link to one of its files is not "
+        "graded, a near-copy of one of its notebooks is flagged (default: the course's "
+        "solutions/, for hard links only)",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -84,6 +93,7 @@ def run(args) -> int:
             seed=args.seed,
             sandbox_mode=args.sandbox,
             scheduler=args.scheduler,
+            solutions=args.solutions,
         )
     except RuntimeError as e:  # --sandbox require and no bubblewrap; an unreachable cluster
         raise ValueError(str(e) if args.scheduler else f"no sandbox: {e}") from e

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["compile_for_gpu", "compile_kernel_for_gpu", "KERNEL_VARIANTS"]
+__all__ = ["compile_for_gpu", "compile_kernel_for_gpu", "compile_source_for_gpu", "KERNEL_VARIANTS"]
 
 _PROBS = [(prob, no_q) for prob in ("fp32", "fp16", "bf16") for no_q in (False, True)]
 # Pointer element types of each kernel argument; the probabilities' type varies per variant.
@@ -122,6 +122,9 @@ def _run_child(
     jobs: list[dict], arch: int, warp_size: int, timeout: float, tmp: str
 ) -> dict[str, dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # This copy of the package, even where it is not the installed one (a checkout).
+    here = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     env["SPECDEC_TRITON_COMPILE_ONLY"] = "1"
     # Keep the (otherwise repeated) fp-fusion deprecation notice out of the child's output.
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
@@ -226,3 +229,30 @@ def compile_kernel_for_gpu(
             "constexprs": constexprs or {},
         }
         return _run_child([job], arch, warp_size, timeout, tmp)[fn.__name__]
+
+
+def compile_source_for_gpu(
+    source: str,
+    name: str,
+    signature: dict[str, str],
+    constexprs: dict | None = None,
+    *,
+    arch: int = 90,
+    warp_size: int = 32,
+    timeout: float = 300.0,
+) -> dict:
+    """Compile the ``@triton.jit`` function ``name`` defined by ``source`` (Python source that
+    imports what it uses: ``triton``, ``triton.language as tl``, and defines its jit helpers)
+    for a GPU, as :func:`compile_kernel_for_gpu` does. Returns ``{"ptx", "cubin_bytes"}``;
+    raises ``RuntimeError`` with the compiler's message when it does not compile."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src_file = Path(tmp) / "kernel_source.py"
+        src_file.write_text(source)
+        job = {
+            "key": name,
+            "file": str(src_file),
+            "name": name,
+            "signature": signature,
+            "constexprs": constexprs or {},
+        }
+        return _run_child([job], arch, warp_size, timeout, tmp)[name]

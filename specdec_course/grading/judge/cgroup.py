@@ -1,6 +1,9 @@
 """Cgroups for the sandbox: one per kernel, capping the memory and the processes of all of a
-submission's processes together (v2, else v1 memory + pids), and the killing of what is in
-one. Split from :mod:`.sandbox`, which uses them."""
+submission's processes together (v2, else v1 memory + pids), its CPU at one core (v2
+``cpu.max``, v1 CFS quota) where the cpu controller can be had, and counting its CPU time
+(v2 ``cpu.stat``, v1 ``cpuacct.usage``); and the killing of what is in one. Membership is
+inherited by every child, ``setsid()`` or not, so a submission's detached spinners share its
+one core. Split from :mod:`.sandbox`, which uses them."""
 
 from __future__ import annotations
 
@@ -13,11 +16,40 @@ from pathlib import Path
 __all__ = ["CGroup", "kill_pids"]
 
 
-class CGroup:
-    """A cgroup (v2, else v1 memory + pids) capping memory and processes of one kernel."""
+# The CPU a kernel may use: one core (a CFS quota of one period per period).
+CPU_PERIOD_US = 100_000
+CPU_QUOTA_US = 100_000
+_V1_CPU = ("cpu", "cpuacct")
 
-    def __init__(self, dirs: list[Path]):
+
+class CGroup:
+    """A cgroup (v2, else v1 memory + pids [+ cpu, cpuacct]) capping memory, processes and
+    CPU of one kernel. ``cpu_capped``: the one-core cap holds; :meth:`cpu_seconds` is the
+    CPU time of everything in it (``None`` where it cannot be read)."""
+
+    def __init__(self, dirs: list[Path], cpu_capped: bool = False, usage: Path | None = None):
         self.dirs = dirs
+        self.cpu_capped = cpu_capped
+        self.usage = usage  # v2 cpu.stat or v1 cpuacct.usage
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used by every process that was ever in the cgroup (user + system)."""
+        if self.usage is None:
+            return None
+        try:
+            text = self.usage.read_text()
+        except OSError:
+            return None
+        if self.usage.name == "cpu.stat":
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+            return None
+        try:
+            return int(text.split()[0]) / 1e9
+        except (ValueError, IndexError):
+            return None
 
     @staticmethod
     def _mounts() -> tuple[Path | None, dict[str, Path]]:
@@ -30,7 +62,7 @@ class CGroup:
                 if fstype == "cgroup2":
                     v2 = mount
                 elif fstype == "cgroup":
-                    for ctl in ("memory", "pids"):
+                    for ctl in ("memory", "pids", *_V1_CPU):
                         if ctl in opts.split(","):
                             v1[ctl] = mount
         return v2, v1
@@ -61,7 +93,12 @@ class CGroup:
                         (d / "pids.max").write_text(str(pids_max))
                         with contextlib.suppress(OSError):
                             (d / "memory.swap.max").write_text("0")
-                        return cls([d])
+                        capped = False
+                        with contextlib.suppress(OSError):
+                            (d / "cpu.max").write_text(f"{CPU_QUOTA_US} {CPU_PERIOD_US}")
+                            capped = True
+                        stat = d / "cpu.stat"
+                        return cls([d], capped, stat if stat.exists() else None)
                     except OSError:
                         pass
                 with contextlib.suppress(OSError):
@@ -78,10 +115,35 @@ class CGroup:
                 with contextlib.suppress(OSError):
                     (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
                 (dirs[1] / "pids.max").write_text(str(pids_max))
-                return cls(dirs)
             except OSError:
                 cls(dirs).remove()
+                return None
+            return cls._v1_cpu(dirs, v1, tag)
         return None
+
+    @classmethod
+    def _v1_cpu(cls, dirs: list[Path], v1: dict[str, Path], tag: str) -> CGroup:
+        # The cpu and cpuacct hierarchies (one mount or two), where they can be had: the
+        # kernel is still capped in memory and processes without them.
+        capped, usage = False, None
+        for ctl in _V1_CPU:
+            if ctl not in v1:
+                continue
+            d = v1[ctl] / cls._own(ctl) / tag
+            if d not in dirs:
+                try:
+                    d.mkdir()
+                except OSError:
+                    continue
+                dirs.append(d)
+            if ctl == "cpu":
+                with contextlib.suppress(OSError):
+                    (d / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                    (d / "cpu.cfs_quota_us").write_text(str(CPU_QUOTA_US))
+                    capped = True
+            elif (d / "cpuacct.usage").exists():
+                usage = d / "cpuacct.usage"
+        return cls(dirs, capped, usage)
 
     @classmethod
     def available(cls) -> CGroup | None:
@@ -120,7 +182,8 @@ class CGroup:
         parents = []
         if v2 is not None:
             parents.append(v2 / cls._own(""))
-        parents += [v1[c] / cls._own(c) for c in ("memory", "pids") if c in v1]
+        parents += [v1[c] / cls._own(c) for c in ("memory", "pids", *_V1_CPU) if c in v1]
+        parents = list(dict.fromkeys(parents))
         out = []
         for parent in parents:
             with contextlib.suppress(OSError):

@@ -3,6 +3,11 @@
 Plain context variables, set by the runner and the judge and read by the checks and by the
 calls that go to a kernel. Inline ``check()`` sets none of them: its cases are the visible
 ones (``case_seed(n) == n``) and its time limit is an alarm in the notebook's own process.
+
+A check's deadline counts CPU seconds of the kernels it calls (their cgroups' CPU time, read
+by the judge: a busy machine slows a check, it does not use its time up), with a wall-clock
+backstop (:func:`wall_backstop`) for code that waits instead of computing. Where a kernel's
+CPU time cannot be read (no cgroup), the deadline counts wall time, as before.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 from collections.abc import Iterator
 
 __all__ = [
+    "budget_left",
     "case_seed",
     "deadline",
     "fresh_cases",
@@ -22,10 +28,47 @@ __all__ = [
     "seed_block",
     "seeded_block",
     "time_left",
+    "wall_backstop",
 ]
 
+# The wall-clock backstop of a limit of ``s`` CPU seconds: a kernel that waits (sleeps,
+# blocks) uses no CPU, and is stopped after this long. An honest check uses a small part of
+# its CPU limit (a few seconds of 60), so it meets the backstop only on a machine that gives
+# it far less than half a core; and a check that times out is re-run alone before it counts.
+WALL_FACTOR = 2.0
+WALL_SLACK_S = 10.0
+
+
+def wall_backstop(seconds: float) -> float:
+    """Wall seconds allowed for a limit of ``seconds`` CPU seconds."""
+    return WALL_FACTOR * float(seconds) + WALL_SLACK_S
+
+
+class _Budget:
+    """A check's time: ``seconds`` of CPU across the kernels it calls, and a wall backstop."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+        self.t0 = time.monotonic()
+        self.wall_end = self.t0 + wall_backstop(seconds)
+        self.start: dict[object, float] = {}  # kernel -> its CPU seconds at first use
+        self.used: dict[object, float] = {}  # kernel -> CPU seconds used in this check
+        self.clockless = False  # some kernel's CPU time could not be read: count wall time
+
+    def left(self, key: object = None, cpu_now: float | None = None) -> tuple[float, float]:
+        now = time.monotonic()
+        if key is not None and cpu_now is None:
+            self.clockless = True
+        elif key is not None:
+            self.used[key] = cpu_now - self.start.setdefault(key, cpu_now)
+        used = sum(self.used.values())
+        if self.clockless:
+            used = max(used, now - self.t0)
+        return self.seconds - used, self.wall_end - now
+
+
 _RUN_SEED: contextvars.ContextVar[int | None] = contextvars.ContextVar("run_seed", default=None)
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
+_DEADLINE: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("deadline", default=None)
 _BLOCK: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "seed_block", default=None
 )
@@ -59,18 +102,30 @@ def grading_seed(seed: int | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def deadline(seconds: float | None) -> Iterator[None]:
-    """Calls into a kernel inside the block must end within ``seconds`` from now."""
-    token = _DEADLINE.set(None if seconds is None else time.monotonic() + seconds)
+    """Calls into a kernel inside the block may use ``seconds`` of CPU from now, and end
+    within :func:`wall_backstop` of it (``None``: no deadline)."""
+    token = _DEADLINE.set(None if seconds is None else _Budget(seconds))
     try:
         yield
     finally:
         _DEADLINE.reset(token)
 
 
-def time_left() -> float | None:
-    """Seconds left before the current deadline (``None``: no deadline)."""
+def budget_left(key: object = None, cpu_now: float | None = None) -> tuple[float, float] | None:
+    """``(CPU seconds, wall seconds)`` left of the current deadline, counting the CPU time
+    ``cpu_now`` of the kernel ``key`` (``None`` where it cannot be read: wall time counts);
+    ``None`` when there is no deadline."""
     d = _DEADLINE.get()
-    return None if d is None else d - time.monotonic()
+    return None if d is None else d.left(key, cpu_now)
+
+
+def time_left() -> float | None:
+    """CPU seconds left of the current deadline, as last measured (``None``: no deadline)."""
+    d = _DEADLINE.get()
+    if d is None:
+        return None
+    cpu, wall = d.left()
+    return min(cpu, wall)
 
 
 @contextlib.contextmanager

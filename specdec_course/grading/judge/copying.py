@@ -36,6 +36,10 @@ import importlib
 import re
 from dataclasses import dataclass, field
 
+from .reading import dead as _dead
+from .reading import live_walk as _live_walk
+from .reading import parse as _parse
+
 __all__ = ["Findings", "scan"]
 
 PACKAGE = "specdec_course"
@@ -144,17 +148,14 @@ class _Names:
         return out
 
 
-def _parse(source: str) -> ast.Module | None:
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        source = TransformerManager().transform_cell(source)  # magics become Python
-    except Exception:  # noqa: BLE001 - IPython missing or a cell it cannot transform
-        pass
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+def _unread(found: Findings, n: int, why: str) -> None:
+    # A cell the scan cannot read is said, never skipped in silence. One Python cannot
+    # compile does not run either (a flag); one too deep for the scan may run in a kernel
+    # whose recursion limit was raised: what it does cannot be seen, so it costs the points.
+    if why == "syntax":
+        found.flag(f"code cell {n} does not parse (a syntax error): the copy scan skipped it")
+    else:
+        found.tamper(f"code cell {n} is nested too deeply for the copy scan to read")
 
 
 def _top_statements(body: list[ast.stmt]):
@@ -165,6 +166,8 @@ def _top_statements(body: list[ast.stmt]):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         for attr in ("body", "orelse", "finalbody"):
+            if _dead(node, attr):
+                continue
             inner = getattr(node, attr, None)
             if isinstance(inner, list):
                 yield from _top_statements([n for n in inner if isinstance(n, ast.stmt)])
@@ -331,7 +334,7 @@ def _grader_flags(node: ast.AST, names: _Names, found: Findings) -> None:
 
 
 def _notebook_flags(tree: ast.Module, names: _Names, found: Findings) -> None:
-    for node in ast.walk(tree):
+    for node in _live_walk(tree):
         _grader_flags(node, names, found)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _SOLUTIONS.search(node.value):
@@ -378,17 +381,19 @@ def scan(
     """Scan the code ``cells`` (in order) for copies of the package's objects bound to the
     ``needs`` names, and for flags. ``answers``: the package's own versions of what the
     exercise asks for (dotted paths of functions and methods): a ``def`` or class that
-    refers to one anywhere is a forwarder. Cells that do not parse are skipped. Never
-    raises."""
+    refers to one anywhere is a forwarder. A cell that does not parse is flagged (a syntax
+    error), or counts as tampering (nested too deeply to read). Never raises, but may run
+    long on a huge notebook: the judge runs it bounded (:mod:`.scan_bounds`)."""
     found = Findings()
     names = _Names()
     bindings: dict[str, tuple[str, object]] = {}
     needs = set(needs)
     answers = tuple(answers)
     tainted: dict[str, str] = {}  # notebook names whose code uses an answer
-    for source in cells:
+    for n, source in enumerate(cells, 1):
         tree = _parse(source if isinstance(source, str) else "")
-        if tree is None:
+        if isinstance(tree, str):
+            _unread(found, n, tree)
             continue
         try:
             for node in _top_statements(tree.body):
@@ -425,7 +430,7 @@ def scan(
                                 names.package.pop(t.id, None)
             _notebook_flags(tree, names, found)
         except RecursionError:
-            continue
+            _unread(found, n, "depth")
     for name in sorted(needs):
         kind, why = bindings.get(name, ("", None))
         if kind == "import" and isinstance(why, str) and why.startswith(PACKAGE + "."):

@@ -343,8 +343,9 @@ def run_check(
     except CheckTimeout:
         res.status = "timeout"
         res.message = (
-            f"stopped after {time_limit:g} s; the reference takes well under a second "
-            "(is there an endless loop?)"
+            f"stopped after {time_limit:g} s"
+            + (" of CPU time" if remote else "")
+            + "; the reference takes well under a second (is there an endless loop?)"
         )
     except StudentError as e:
         res.status = "error"

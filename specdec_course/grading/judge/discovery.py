@@ -10,11 +10,14 @@ UTF-8 or hold control characters are shown escaped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
 import stat
+import tokenize
 from pathlib import Path
 
 from .core import exercises
@@ -112,13 +115,32 @@ def _is_notebook_name(name: str) -> bool:
     return name.endswith(".ipynb")
 
 
-def collect(paths: list[str | os.PathLike]) -> list[Submission]:
+def _inodes(folders) -> dict[tuple[int, int], str]:
+    """``(st_dev, st_ino) -> path`` of every regular file under ``folders``."""
+    out: dict[tuple[int, int], str] = {}
+    for folder in folders:
+        for root, _, files in os.walk(folder, followlinks=False):
+            for name in files:
+                p = os.path.join(root, name)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    out.setdefault((st.st_dev, st.st_ino), p)
+    return out
+
+
+def collect(paths: list[str | os.PathLike], solutions=(), compare: bool = True) -> list[Submission]:
     """The notebooks named by ``paths`` (files as given, folders searched recursively), each
     read now or with the reason it was not.
 
     Hidden folders and checkpoint folders (``.ipynb_checkpoints``) are skipped; links to
-    folders are not followed. Raises ``FileNotFoundError`` for a path that does not exist and
-    ``ValueError`` when nothing is found or a file given by name is not an ``.ipynb``.
+    folders are not followed. A hard link to a file under one of the ``solutions`` folders
+    is not graded (it is that file), and (``compare``) a notebook whose code is that of one
+    of their notebooks up to whitespace and names is flagged. Raises ``FileNotFoundError`` for a
+    path that does not exist and ``ValueError`` when nothing is found or a file given by
+    name is not an ``.ipynb``.
     """
     found: list[Path] = []
     folders: dict[Path, str] = {}  # each notebook's submissions folder, as a real path
@@ -156,24 +178,93 @@ def collect(paths: list[str | os.PathLike]) -> list[Submission]:
         raise ValueError(
             f"no .ipynb notebooks found in {', '.join(display_name(p) for p in paths)}"
         )
+    solutions = [os.fspath(f) for f in solutions if os.path.isdir(f)]
+    linked = _inodes(solutions)
     subs = []
     for path in unique:
         sub = Submission(path, display=display_name(path))
         _read(path, sub, folders.get(path))
+        try:
+            st = os.stat(path)
+            hit = linked.get((st.st_dev, st.st_ino))
+        except OSError:
+            hit = None
+        # (The solutions folder's own file, graded by name, is no link.)
+        if hit is not None and os.path.realpath(hit) != os.path.realpath(path):
+            sub.source, sub.problem = (
+                None,
+                "a hard link to a file of the solutions folder: not graded",
+            )
+            sub.flags.append(f"a hard link to {display_name(hit)}")
         subs.append(sub)
-    _flag_duplicates(subs)
+    _flag_duplicates(subs, _solution_shapes(solutions) if compare else {})
     return subs
 
 
-def _flag_duplicates(subs: list[Submission]) -> None:
-    """Flag submissions that are one file (two names, one real path) or one text."""
+# More code than this is not compared (the grader refuses to grade it anyway).
+_SHAPE_MAX_CHARS = 2**20
+
+
+def code_shape(source: str) -> str | None:
+    """A notebook's code cells with whitespace and names normalised: each name becomes
+    ``n<k>`` by order of first use, and layout is dropped (comments, strings and numbers
+    stay). ``None`` when it cannot be read."""
+    try:
+        cells = json.loads(source)["cells"]
+        code = [c["source"] for c in cells if c.get("cell_type") == "code"]
+        code = "\n".join("".join(c) if isinstance(c, list) else str(c) for c in code)
+    except Exception:  # noqa: BLE001 - not a notebook: no shape
+        return None
+    if len(code) > _SHAPE_MAX_CHARS:
+        return None
+    names: dict[str, int] = {}
+    out = []
+    skip = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.NAME:
+                out.append(f"n{names.setdefault(tok.string, len(names))}")
+            elif tok.type == tokenize.COMMENT:
+                out.append(" ".join(tok.string.split()))
+            elif tok.type not in skip:
+                out.append(tok.string)
+    except (tokenize.TokenError, SyntaxError, ValueError):  # unfinished code: layout only
+        return re.sub(r"\s+", "", code)
+    return " ".join(out)
+
+
+def _solution_shapes(folders) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for folder in folders:
+        for p in sorted(Path(folder).rglob("*.ipynb")):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                shape = code_shape(p.read_text(encoding="utf-8"))
+                if shape:
+                    out.setdefault(hashlib.sha256(shape.encode()).hexdigest(), str(p))
+    return out
+
+
+def _flag_duplicates(subs: list[Submission], solutions: dict[str, str] = {}) -> None:  # noqa: B006
+    """Flag submissions that are one file (two names, one real path), one text, or one code
+    up to whitespace and names (:func:`code_shape`), among themselves or with a notebook
+    of the solutions folders (``solutions``: shape digest -> path)."""
     by_path: dict[str, list[Submission]] = {}
     by_text: dict[str, list[Submission]] = {}
+    by_shape: dict[str, list[Submission]] = {}
     for s in subs:
         if s.problem or s.source is None:
             continue
         by_path.setdefault(os.path.realpath(s.path), []).append(s)
         by_text.setdefault(hashlib.sha256(s.source.encode()).hexdigest(), []).append(s)
+        shape = code_shape(s.source)
+        if shape is not None:
+            digest = hashlib.sha256(shape.encode()).hexdigest()
+            by_shape.setdefault(digest, []).append(s)
+            if digest in solutions:
+                s.flags.append(
+                    f"a near-copy of {display_name(solutions[digest])} (the same code up to "
+                    "whitespace and names)"
+                )
     for groups, what in ((by_path, "the same file as"), (by_text, "identical to")):
         for group in groups.values():
             for s in group if len(group) > 1 else ():
@@ -181,6 +272,18 @@ def _flag_duplicates(subs: list[Submission]) -> None:
                 why = f"{what} {', '.join(others)}"
                 if why not in s.flags:
                     s.flags.append(why)
+    for group in by_shape.values():
+        for s in group if len(group) > 1 else ():
+            same = {hashlib.sha256(s.source.encode()).digest()}
+            others = [
+                o.display
+                for o in group
+                if o is not s and hashlib.sha256(o.source.encode()).digest() not in same
+            ][:3]
+            if others:  # (identical ones are flagged as such)
+                s.flags.append(
+                    f"a near-copy of {', '.join(others)} (the same code up to whitespace and names)"
+                )
 
 
 def _by_metadata(sub: Submission) -> str | None:

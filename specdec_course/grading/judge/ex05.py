@@ -39,7 +39,7 @@ from . import context
 from ._support import RULE_IMPLEMENTATIONS
 from .context import case_seed
 from .core import Case, call, register
-from .kernel_source import Refused, kernel_cell
+from .kernel_source import COMPILE_TIMEOUT_S, Refused, compile_cell, is_stub, kernel_cell
 from .remote import Remote
 from .session import Session
 
@@ -163,10 +163,25 @@ def _on_its_own(student: Remote, stack: contextlib.ExitStack) -> Remote:
     left = context.time_left()
     # Starting the kernel is the grader's time, not the student's: the check's deadline
     # starts again once the kernel is defined.
+    text = student._sd_session.notebook[1]
+    # (The stub raises NotImplementedError unconditionally, which compiles nowhere, and which
+    # the interpreter then raises: "not attempted", whatever comes before it.)
+    stub = is_stub(text)
     with context.deadline(None):
         fresh.start()
-        reply = fresh.run_cell(cell, 60.0)
+        # Real Triton first: the kernel must compile for a GPU (sm_90), which only Triton's
+        # language does; the interpreter alone runs any Python it is handed.
+        built = {"ok": True} if stub else fresh.run_cell(compile_cell(text), COMPILE_TIMEOUT_S)
+        reply = fresh.run_cell(cell, 60.0) if built.get("ok") else built
     stack.enter_context(context.deadline(left))
+    if not built.get("ok"):
+        err = built.get("error") or {}
+        text = str(err.get("message", "")).strip().splitlines()
+        why = "it timed out" if built.get("timeout") else (text[-1][:300] if text else "error")
+        raise Refused(
+            f"race_kernel does not compile with Triton for an NVIDIA GPU (sm_90): {why}; "
+            "a Triton kernel's body is Triton's language only"
+        )
     if not reply.get("ok"):
         err = reply.get("error") or {}
         what = "timed out" if reply.get("timeout") else str(err.get("type", "an error"))

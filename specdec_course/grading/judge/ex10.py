@@ -41,7 +41,12 @@ from .core import Case, call, register
 
 # Not in the sandbox while ex10 is graded (grading.judge.withheld): the package's weights
 # and thresholds (``block_verify``, which the notebooks sample from, raises there).
-PUBLIC_IMPLEMENTATIONS = ("specdec_course.block_verifier.block_thresholds",)
+# block_verify_row computes the same thresholds inline (one row, Python floats): uniforms
+# of 2.0 and a bisection on one coin read each threshold off it.
+PUBLIC_IMPLEMENTATIONS = (
+    "specdec_course.block_verifier.block_thresholds",
+    "specdec_course.block_verifier.block_verify_row",
+)
 ALLOWED: dict[str, str] = {}
 
 __all__ = ["random_block", "reference_law", "reference_thresholds"]

@@ -9,11 +9,12 @@ that does not hold together becomes an error result rather than a crash of the p
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..kernel.results import STATUSES
+from .context import wall_backstop
 from .core import CheckResult, checks_for
 
 __all__ = ["CheckInfo", "Job", "Submission", "SubmissionResult"]
@@ -75,8 +76,23 @@ class Job:
             memory_mb=int(memory_mb),
             source=sub.source or "",
             seed=seed,
-            # Two runs of the notebook (the first and replays), every check, kernel starts.
-            deadline_s=2 * float(notebook_timeout) + len(checks) * (float(cell_timeout) + 10) + 120,
+            # Two runs of the notebook (the first and replays), every check, kernel starts:
+            # their CPU limits, as wall time on a machine that gives the kernel little CPU.
+            deadline_s=wall_backstop(
+                2 * float(notebook_timeout) + len(checks) * (float(cell_timeout) + 10) + 120
+            ),
+        )
+
+    def only(self, check_ids) -> Job:
+        """The same submission with only the checks ``check_ids`` (a re-run of those)."""
+        keep = tuple(c for c in self.checks if c[0] in set(check_ids))
+        n = len(keep)
+        return replace(
+            self,
+            checks=keep,
+            deadline_s=wall_backstop(
+                2 * self.notebook_timeout + n * (self.cell_timeout + 10) + 120
+            ),
         )
 
     def failed_checks(self, status: str, message: str) -> list[CheckResult]:
@@ -107,6 +123,8 @@ class SubmissionResult:
     seconds: float = 0.0
     flags: list[str] = field(default_factory=list)  # copy detection, for the instructor
     seed: int | None = None
+    # Checks decided by a time limit, for the instructor: "id: what happened".
+    time_limited: list[str] = field(default_factory=list)
 
     @property
     def points(self) -> float:
@@ -133,6 +151,24 @@ class SubmissionResult:
         first = next((c for c in self.checks if c.status != "passed"), None)
         return f"{first.id}: {first.message}" if first else ""
 
+    def timed_out(self) -> list[str]:
+        """The ids of the checks that ran out of time."""
+        return [c.id for c in self.checks if c.status == "timeout"]
+
+    def merge_rerun(self, again: SubmissionResult) -> None:
+        """Take the checks of ``again`` (the timed-out checks, re-run alone) in place of
+        this result's, and note each in :attr:`time_limited`."""
+        new = {c.id: c for c in again.checks}
+        for k, c in enumerate(self.checks):
+            if c.id not in new:
+                continue
+            n = new[c.id]
+            self.checks[k] = n
+            verdict = "timed out again" if n.status == "timeout" else f"then {n.status}"
+            self.time_limited.append(f"{c.id}: timed out, re-run alone: {verdict}")
+        self.seconds += again.seconds
+        self.flags += [f for f in again.flags if f not in self.flags]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -152,6 +188,7 @@ class SubmissionResult:
             float(seconds) if _finite(seconds) else 0.0,
             [_text(n) for n in _list(d.get("flags"))],
             seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+            [_text(n) for n in _list(d.get("time_limited"))],
         )
 
 

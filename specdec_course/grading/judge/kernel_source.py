@@ -24,7 +24,7 @@ import copy
 import json
 from types import ModuleType
 
-__all__ = ["Refused", "kernel_cell"]
+__all__ = ["Refused", "compile_cell", "is_stub", "kernel_cell"]
 
 NAME = "race_kernel"
 _BUILTINS = {
@@ -109,18 +109,23 @@ def _triton_path_ok(root: str, attrs: list[str]) -> bool:
     except ImportError:
         return False
     base = _ROOTS[root]
-    for attr in attrs:
-        if not isinstance(obj, ModuleType):
-            return True  # past the module: an attribute of a Triton object (no "_" prefix)
+    for k, attr in enumerate(attrs):
         obj = getattr(obj, attr, None)
         if obj is None:
             return False
-        if isinstance(obj, ModuleType) and not obj.__name__.startswith(base):
+        if isinstance(obj, ModuleType):
+            if not obj.__name__.startswith(base):
+                return False
+            continue
+        # Every step past the modules is Triton's own too (`tl.extra.modules` is the
+        # interpreter's sys.modules, whose `.get` must not pass), but for a plain value at
+        # the end of the path (a dtype's bit width).
+        if k == len(attrs) - 1 and isinstance(obj, (bool, int, float, str)):
+            return True
+        owner = getattr(obj, "__module__", None) or type(obj).__module__
+        if not (isinstance(owner, str) and owner.split(".")[0] == "triton"):
             return False
-    if isinstance(obj, ModuleType):
-        return False
-    owner = getattr(obj, "__module__", None) or type(obj).__module__
-    return isinstance(owner, str) and owner.split(".")[0] == "triton"
+    return not isinstance(obj, ModuleType)
 
 
 def _check(node: ast.FunctionDef, jit: dict[str, ast.FunctionDef]) -> list[str]:
@@ -178,6 +183,56 @@ def _check(node: ast.FunctionDef, jit: dict[str, ast.FunctionDef]) -> list[str]:
                 "own (with `triton` and `tl` only), so pass it in or define it inside"
             )
     return helpers
+
+
+# How launch_race passes its arguments: token, pos, p, q, e, K, V, then BLOCK_V by name.
+_LAUNCH_TYPES = ("*i64", "*i64", "*fp32", "*fp32", "*fp32", "i32", "i32")
+_LAUNCH_VALUES = {5: 4, 6: 65}  # K and V, should a kernel take them as constexpr
+COMPILE_BLOCK_V = 64
+COMPILE_TIMEOUT_S = 180
+
+
+def is_stub(notebook_text: str) -> bool:
+    """The notebook's ``race_kernel`` raises ``NotImplementedError`` unconditionally (a
+    statement of its body, not of a branch): the untouched stub, which compiles nowhere."""
+    node = _jit_defs(_code_cells(notebook_text)).get(NAME)
+    for stmt in node.body if node is not None else ():
+        exc = stmt.exc if isinstance(stmt, ast.Raise) else None
+        exc = exc.func if isinstance(exc, ast.Call) else exc
+        if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+            return True
+    return False
+
+
+def compile_cell(notebook_text: str) -> str:
+    """The source of a cell that compiles the notebook's ``race_kernel`` (and its helpers)
+    with Triton's own compiler for an NVIDIA H100 (``GPUTarget("cuda", 90, 32)``), with the
+    argument types ``launch_race`` passes: it raises ``RuntimeError`` with the compiler's
+    message where the kernel is not Triton (which the interpreter alone would run).
+
+    Raises :class:`Refused` as :func:`kernel_cell` does."""
+    source = kernel_cell(notebook_text)[len(_HEADER) :]
+    node = _jit_defs(_code_cells(notebook_text))[NAME]
+    a = node.args
+    params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    defaults = dict(zip([x.arg for x in (*a.posonlyargs, *a.args)][::-1], a.defaults[::-1]))
+    defaults.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    signature, constexprs = {}, {}
+    for i, x in enumerate(params):
+        const = x.annotation is not None or i >= len(_LAUNCH_TYPES)
+        signature[x.arg] = "constexpr" if const else _LAUNCH_TYPES[i]
+        if const:
+            default = defaults.get(x.arg)
+            value = default.value if isinstance(default, ast.Constant) else None
+            constexprs[x.arg] = (
+                COMPILE_BLOCK_V if x.arg == "BLOCK_V" else _LAUNCH_VALUES.get(i, value)
+            )
+    full = "import triton\nimport triton.language as tl\n" + source
+    return (
+        "from specdec_course.kernels.compile import compile_source_for_gpu\n"
+        f"compile_source_for_gpu({full!r}, {NAME!r}, {signature!r}, {constexprs!r}, "
+        f"arch=90, warp_size=32, timeout={COMPILE_TIMEOUT_S})\n"
+    )
 
 
 def kernel_cell(notebook_text: str) -> str:

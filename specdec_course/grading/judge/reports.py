@@ -3,8 +3,10 @@
 Everything a submission can influence (its file name, its exception messages) is text from
 outside: control characters are escaped everywhere (``\\x1b``, ``\\n``: no terminal escape
 codes, no fake rows, always valid XML), and in the CSVs a field that a spreadsheet would
-read as a formula (``=``, ``+``, ``-``, ``@``) gets a leading apostrophe. Each file is written
-to a temporary file beside it and renamed into place, so a reader never sees half of one.
+read as a formula (``=``, ``+``, ``-``, ``@``, their full-width and small forms, after any
+leading whitespace a spreadsheet trims, Unicode spaces included) gets a leading apostrophe.
+Each file is written to a temporary file beside it and renamed into place, so a reader never
+sees half of one.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ __all__ = [
 ]
 
 CSV_FIELDS = [
-    *("file", "exercise", "points", "max_points", "status", "message", "notes", "flags", "seed")
+    *("file", "exercise", "points", "max_points", "status", "message", "notes", "flags"),
+    *("time_limited", "seed"),
 ]
 CHECK_CSV_FIELDS = ["file", "exercise", "check", "points", "max_points", "status", "message"]
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -61,9 +64,22 @@ def escape(text: object) -> str:
     return "".join(out)
 
 
+def _formula_like(s: str) -> bool:
+    # Spreadsheets trim leading whitespace (any Unicode space: no-break, ideographic...)
+    # before they look for a formula, and read full-width and small forms of = + - @ (and
+    # the minus sign) as the ASCII ones.
+    i = 0
+    while i < len(s) and (s[i].isspace() or unicodedata.category(s[i]) in ("Zs", "Cf")):
+        i += 1
+    if i == len(s):
+        return False
+    ch = unicodedata.normalize("NFKC", s[i])[:1]
+    return ch in _FORMULA or s[i] in ("\u2212", "\u2796", "\u2795")
+
+
 def _cell(text: object) -> str:
     s = escape(text)
-    return "'" + s if s.startswith(_FORMULA) else s
+    return "'" + s if s.startswith(_FORMULA) or _formula_like(s) else s
 
 
 def _atomic_write(path: str | os.PathLike, write: Callable[[io.TextIOBase], None]) -> None:
@@ -89,7 +105,9 @@ def write_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
 
     Columns: file, exercise, points, max_points, status ("passed" or the first non-passing
     check's status), message (the first problem, prefixed by its check id), notes (what
-    happened to the notebook's cells), flags (copy detection, for the instructor) and seed
+    happened to the notebook's cells), flags (copy detection, for the instructor),
+    time_limited (each check decided by a time limit: it timed out, was re-run alone, and
+    what the re-run gave) and seed
     (of the run's cases: ``--seed`` reproduces them). A notebook whose exercise is unknown
     gets status "unknown exercise".
     """
@@ -108,6 +126,7 @@ def write_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
                     _cell(r.first_problem),
                     _cell("; ".join(r.notes) if r.checks else ""),
                     _cell("; ".join(r.flags)),
+                    _cell("; ".join(r.time_limited)),
                     "" if r.seed is None else str(r.seed),
                 ]
             )
@@ -177,7 +196,10 @@ def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> Non
                 name=escape(c.id),
                 time=f"{c.seconds:.3f}",
             )
-            ET.SubElement(tc, "properties")
+            props = ET.SubElement(tc, "properties")
+            for entry in r.time_limited:
+                if entry.split(":", 1)[0] == c.id:
+                    ET.SubElement(props, "property", name="time_limited", value=escape(entry))
             # The instructor's copy of the report: the hint included.
             text = "\n".join(escape(line) for line in c.report(hint=True).split("\n"))
             if c.status == "failed":

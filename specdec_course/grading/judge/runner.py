@@ -22,6 +22,7 @@ import sys
 from multiprocessing.connection import wait as _wait_conns
 
 from ..._validate import check_int
+from ...paths import REPO_ROOT
 from ..kernel.results import CheckResult
 from . import sandbox
 from .cluster import check_scheduler, run_on_dask
@@ -70,6 +71,7 @@ def grade(
     seed: int | None = None,
     sandbox_mode: str = "auto",
     scheduler: str | None = None,
+    solutions: list[str | os.PathLike] | None = None,
 ) -> GradeRun:
     """Grade every notebook in ``paths`` (files or folders); results in the order found.
 
@@ -84,7 +86,10 @@ def grade(
     task per submission to a Dask cluster instead of the local pool: ``"tcp://HOST:PORT"``
     (an existing scheduler; every worker needs this package and, for the sandbox,
     bubblewrap) or ``"local:N"`` (a ``LocalCluster`` of N one-thread workers); ``workers`` is
-    then ignored. Submissions are never modified.
+    then ignored. ``solutions``: folders of the course's solutions; a hard link to one of
+    their files is not graded, and a near-copy of one of their notebooks is flagged
+    (default: the course's own ``solutions/``, for hard links only). Submissions are never
+    modified.
 
     Raises ``FileNotFoundError`` for a missing path, ``ValueError`` for no notebooks, an
     unknown ``exercise``, bad limits or a bad ``scheduler``, ``RuntimeError`` when a required
@@ -96,7 +101,10 @@ def grade(
         raise ValueError(f"sandbox must be one of {', '.join(sandbox.MODES)}; got {sandbox_mode!r}")
     if exercise is not None and exercise not in exercises():
         raise ValueError(f"exercise must be one of {', '.join(exercises())}; got {exercise!r}")
-    subs = collect(paths)
+    if solutions is None:  # hard links to the course's own solutions only
+        subs = collect(paths, [REPO_ROOT / "solutions"], compare=False)
+    else:
+        subs = collect(paths, list(solutions))
     for s in subs:
         if s.problem:
             continue
@@ -155,6 +163,27 @@ def grade(
         warnings = list(the_plan.warnings)
     else:
         warnings = run_on_dask(queue, jobs, scheduler, sandbox_mode, finish)
+
+    # A check that ran out of time is graded again, alone (nothing else grading beside it),
+    # before it is scored: a busy machine costs no one points. Both runs are in the
+    # gradebook's time_limited column.
+    again = {i: jobs[i].only(results[i].timed_out()) for i in queue if results[i].timed_out()}
+
+    def rerun_done(i: int, res: SubmissionResult) -> None:
+        results[i].merge_rerun(res)
+        if progress:
+            print(
+                f"[re-run alone] {escape(res.file)}: {results[i].points:g}/"
+                f"{results[i].max_points:g} {escape(results[i].status)}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    for i in again:  # one at a time
+        if scheduler is None:
+            _run_pool([i], again, 1, the_plan, rerun_done)
+        else:
+            run_on_dask([i], again, scheduler, sandbox_mode, rerun_done)
     out = GradeRun(results[i] for i in range(len(subs)))
     out.seed = run_seed
     out.warnings = warnings

@@ -109,9 +109,24 @@ def kernel_uid() -> int:
     return KERNEL_UID_BASE + os.getpid()
 
 
+def _this_package() -> str:
+    # Python code that puts the folder holding the package the judge runs first on the path:
+    # ``-I`` ignores PYTHONPATH, and an editable install's finder may name another checkout
+    # (one the sandbox does not show), so the kernel would run other code than the judge's.
+    import specdec_course
+
+    parent = str(Path(specdec_course.__file__).resolve().parent.parent)
+    return f"import sys; sys.path.insert(0, {parent!r}); "
+
+
 def kernel_command() -> list[str]:
-    """The command that starts a kernel (:mod:`.kernel`), with this interpreter."""
-    return [sys.executable, "-I", "-m", "specdec_course.grading.kernel"]
+    """The command that starts a kernel (:mod:`.kernel`), with this interpreter and this
+    copy of the package."""
+    code = _this_package() + (
+        "import runpy; runpy.run_module('specdec_course.grading.kernel', "
+        "run_name='__main__', alter_sys=True)"
+    )
+    return [sys.executable, "-I", "-c", code]
 
 
 def _env(home: str) -> dict[str, str]:
@@ -181,6 +196,7 @@ def _binds() -> list[str]:
         opts += ["--ro-bind", r, r]
     hidden = os.path.realpath(judge_dir())
     opts += ["--tmpfs", hidden, "--remount-ro", hidden]
+    opts += withheld.hidden_package_options()  # transformers' own speculative sampling, ...
     # The venv's python is a symlink into the base installation; keep the path it was run by.
     exe_dir = os.path.dirname(os.path.abspath(sys.executable))
     if not any(exe_dir == r or exe_dir.startswith(r + "/") for r in roots + ["/usr"]):
@@ -290,7 +306,7 @@ def plan(mode: str = "auto") -> Plan:
     own_uid = cg is None and mode != "off" and os.geteuid() == 0
     result = Plan("none", [], _env(HOME), cg is not None, warnings, own_uid)
     uid = {UID_ENV: str(kernel_uid())} if own_uid else {}
-    code = _AS_KERNEL if own_uid else "import specdec_course.paths"
+    code = _this_package() + (_AS_KERNEL if own_uid else "import specdec_course.paths")
     if mode != "off":  # auto, require, weak
         exe = shutil.which("bwrap")
         why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -334,6 +350,12 @@ def plan(mode: str = "auto") -> Plan:
             "no cgroup could be created here: the memory cap is per process (address space), "
             f"and the process count is limited by RLIMIT_NPROC only{per}"
             + ("" if own_uid else " (which binds no root process)")
+        )
+    if cg is None or not cg.cpu_capped or cg.usage is None:
+        warnings.append(
+            "no cgroup cpu controller here (v2 cpu.max, v1 cpu + cpuacct): a submission is "
+            "not held to one core, and its time limits count wall time, which a busy machine "
+            "uses up (checks that time out are re-run alone)"
         )
     return result
 

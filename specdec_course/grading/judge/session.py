@@ -17,6 +17,7 @@ from typing import Any
 
 from ..kernel import wire
 from . import sandbox, withheld
+from .context import wall_backstop
 from .errors import KernelLost
 from .exposure import MAX_REQUESTS_PER_CHECK, Exposed
 
@@ -120,6 +121,13 @@ class Session:
 
     # ---- the channel
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used by the kernel and everything it started (its cgroup's count),
+        ``None`` where that cannot be read (no cgroup, no kernel)."""
+        if self.proc is None or self.proc.cgroup is None:
+            return None
+        return self.proc.cgroup.cpu_seconds()
+
     def _request(self, header: dict, blobs: list[bytes], seconds: float) -> tuple[dict, Any]:
         if not self.alive:
             raise self.lost or KernelGone("no kernel")
@@ -202,12 +210,17 @@ class Session:
 
     # ---- what the judge asks
 
-    def run_cell(self, source: str, timeout: float) -> dict:
-        """Run one cell: ``{"ok", "error", "timeout"}``. Raises :class:`KernelGone`."""
+    def run_cell(self, source: str, timeout: float, wall: float | None = None) -> dict:
+        """Run one cell: ``{"ok", "error", "timeout"}``, stopped after ``timeout`` seconds of
+        the kernel's CPU time or ``wall`` seconds (default: :func:`.context.wall_backstop`).
+        Raises :class:`KernelGone`."""
         # (A cell that calls a withheld function is only noted: the lessons' demos call the
         # package's tools, some of which use it; a graded call that reaches one is flagged.)
+        wall = wall_backstop(timeout) if wall is None else max(float(wall), 0.01)
         reply, _ = self._request(
-            {"op": "cell", "source": source, "timeout": timeout}, [], timeout + _GRACE_S
+            {"op": "cell", "source": source, "timeout": timeout, "wall": wall},
+            [],
+            wall + _GRACE_S,
         )
         return reply
 
@@ -231,6 +244,7 @@ class Session:
         kwargs: dict,
         *,
         timeout: float,
+        wall: float | None = None,
         seed: tuple[int, int] | None = None,
         repeat: int | None = None,
         student: Any = None,
@@ -243,8 +257,9 @@ class Session:
         judge's objects. ``inplace`` returns ``(value, args)``, the positional arguments as
         the call left them, as new objects (output, for a function whose API writes into its
         arguments). ``student(obj)`` gives the tag for a student object among the arguments.
-        Raises the rebuilt student exception, :class:`RemoteTimeout` (the call hit
-        ``timeout``) or :class:`KernelGone`.
+        Raises the rebuilt student exception, :class:`RemoteTimeout` (the call used
+        ``timeout`` seconds of the kernel's CPU, or ``wall`` seconds: by default
+        :func:`.context.wall_backstop`) or :class:`KernelGone`.
         """
 
         def ref(obj):
@@ -258,11 +273,12 @@ class Session:
             "target": target,
             "value": enc,
             "timeout": max(0.01, timeout),
+            "wall": wall_backstop(timeout) if wall is None else max(0.01, wall),
             "seed": list(seed) if seed else None,
             "repeat": repeat,
             "inplace": bool(inplace),
         }
-        reply, blob = self._request(header, blobs, timeout + _GRACE_S)
+        reply, blob = self._request(header, blobs, header["wall"] + _GRACE_S)
         if reply.get("timeout"):
             raise RemoteTimeout()
         if "error" in reply:

@@ -22,11 +22,12 @@ from collections.abc import Callable
 import nbformat
 
 from . import context, withheld
-from .copying import scan
+from .context import wall_backstop
 from .core import CheckResult, CheckSpec, checks_for, public_implementations, run_check
 from .jobs import Job, SubmissionResult
 from .remote import Remote
 from .sandbox import Plan
+from .scan_bounds import bounded_scan, too_much_code
 from .session import KernelGone, Session
 
 __all__ = ["grade_submission"]
@@ -64,10 +65,14 @@ class _Notebook:
         self.skipped: set[int] = set()
         self.seen: set[int] = set()  # cells already run once (their notes are taken)
         self.notes: list[str] = []
+        # The notebook's time: CPU seconds of its kernel (wall time where they cannot be
+        # read), and a wall backstop for cells that wait.
         self.budget = job.notebook_timeout
+        self.wall_budget = wall_backstop(job.notebook_timeout)
         self.stopped_at: int | None = None
         # Replays must leave the checks their time within the judge's own limit.
-        self.end = time.monotonic() + job.deadline_s - len(job.checks) * (job.cell_timeout + 10)
+        per_check = wall_backstop(job.cell_timeout) + 10
+        self.end = time.monotonic() + job.deadline_s - len(job.checks) * per_check
 
     def note(self, text: str) -> None:
         if len(self.notes) < _MAX_NOTES:
@@ -92,19 +97,22 @@ class _Notebook:
                 continue
             first = i not in self.seen
             self.seen.add(i)
-            if min(self.budget, self.end - time.monotonic()) <= 0:
+            if min(self.budget, self.wall_budget, self.end - time.monotonic()) <= 0:
                 self.stopped_at = i
                 self.note(
                     f"the notebook ran past its {self.job.notebook_timeout:g} s limit and was "
                     f"stopped before code cell {i + 1}"
                 )
                 continue
-            timeout = max(1.0, min(self.job.cell_timeout, self.budget, self.end - time.monotonic()))
-            t0 = time.monotonic()
+            timeout = max(1.0, min(self.job.cell_timeout, self.budget))
+            wall = max(
+                1.0, min(wall_backstop(timeout), self.wall_budget, self.end - time.monotonic())
+            )
+            clock = self._clock()
             try:
-                reply = self.session.run_cell(source, timeout)
+                reply = self.session.run_cell(source, timeout, wall)
             except KernelGone as e:
-                self.budget -= time.monotonic() - t0
+                self._spend(clock)
                 self.skipped.add(i)
                 what = (
                     f"ran past {timeout:g} s and did not stop when interrupted"
@@ -113,7 +121,7 @@ class _Notebook:
                 )
                 self.note(f"code cell {i + 1} {what}; the notebook was run again without it")
                 return False
-            self.budget -= time.monotonic() - t0
+            self._spend(clock)
             if not first:
                 continue
             if reply.get("timeout"):
@@ -138,11 +146,22 @@ class _Notebook:
                 )
         return True
 
+    def _clock(self) -> tuple[float, float | None]:
+        return time.monotonic(), self.session.cpu_seconds()
+
+    def _spend(self, clock: tuple[float, float | None]) -> None:
+        t0, cpu0 = clock
+        wall = time.monotonic() - t0
+        cpu = self.session.cpu_seconds() if cpu0 is not None else None
+        self.wall_budget -= wall
+        self.budget -= wall if cpu is None else max(0.0, cpu - cpu0)
+
     def revive(self) -> bool:
         """A fresh kernel with the notebook replayed (after a check lost the kernel)."""
         if self.session.alive:
             return True
         self.budget = self.job.notebook_timeout  # a replay gets the notebook's time again
+        self.wall_budget = wall_backstop(self.job.notebook_timeout)
         while self.session.starts < self.max_starts:
             try:
                 self.session.start()
@@ -218,13 +237,15 @@ def grade_submission(
     """
     t0 = time.monotonic()
     result = SubmissionResult(job.file, job.exercise, seed=job.seed)
-    specs = checks_for(job.exercise)
+    wanted = {c[0] for c in job.checks}  # all of them, or those re-run alone
+    specs = [s for s in checks_for(job.exercise) if s.id in wanted]
     try:
         nb_obj = nbformat.reads(job.source, as_version=4)
         nbformat.validate(nb_obj)
         cells = [c.source for c in nb_obj.cells if c.cell_type == "code"]
         if not all(isinstance(c, str) for c in cells):
             raise ValueError("a code cell's source is not text")
+        too_much = too_much_code(cells)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the student's problem
         # The error's type only: its text may quote the file (which may be anyone's).
         reason = f"not a readable notebook ({type(e).__name__}; open it in Jupyter to see why)"
@@ -232,9 +253,13 @@ def grade_submission(
         result.notes.append(reason)
         result.seconds = time.monotonic() - t0
         return result
-    findings = scan(
-        cells, {n for s in specs for n in s.needs}, public_implementations(job.exercise)
-    )
+    if too_much:
+        result.checks = job.failed_checks("unreadable", too_much)
+        result.notes.append(too_much)
+        result.seconds = time.monotonic() - t0
+        return result
+    needs = {n for s in checks_for(job.exercise) for n in s.needs}
+    findings = bounded_scan(cells, needs, public_implementations(job.exercise))
     nb = _Notebook(job, plan, cells, seq)
     try:
         if not findings.tampering:  # (tampering scores 0 without running anything)

@@ -39,7 +39,25 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["ERROR", "bwrap_options", "module_file", "named_in", "rewrite", "split"]
+__all__ = [
+    "ERROR",
+    "HIDDEN_PACKAGES",
+    "bwrap_options",
+    "hidden_package_options",
+    "module_file",
+    "named_in",
+    "rewrite",
+    "split",
+]
+
+# Third-party packages that hold a second implementation of a graded rule, hidden from every
+# sandbox (not importable there; nothing an exercise needs): name -> why.
+HIDDEN_PACKAGES = {
+    "transformers": "its generation utilities hold _speculative_sampling (ex01's step)",
+    "vllm": "its rejection sampler is ex01's rule and ex05's race",
+    "flashinfer": "its chain_speculative_sampling is ex01's rule",
+    "sglang": "its speculative samplers are ex01's rule",
+}
 
 ERROR = "WithheldError"  # the type of what a withheld function raises
 _SAID = re.compile(r"(specdec_course(?:\.\w+)+) is withheld while (ex\d{2,}) is graded")
@@ -180,4 +198,34 @@ def bwrap_options(exercise: str, functions: tuple[str, ...]) -> list[str]:
             if pyc.suffix == ".pyc" and not pyc.name.startswith(tuple(stems)):
                 opts += ["--ro-bind", str(pyc), str(pyc)]
         opts += ["--remount-ro", str(cache)]
+    return opts
+
+
+def hidden_package_options(packages=None) -> list[str]:
+    """bwrap options that show each installed package of ``packages`` (default
+    :data:`HIDDEN_PACKAGES`) as a read-only folder whose ``__init__.py`` raises
+    ``ImportError``: the sandbox cannot import it, nor read its files."""
+    import importlib.util
+
+    opts: list[str] = []
+    for name in sorted(HIDDEN_PACKAGES if packages is None else packages):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            continue
+        stub = Path(_scratch()) / f"hidden-{name}.py"
+        if not stub.exists():
+            stub.write_text(
+                f"raise ImportError({name + ' is not available while a notebook is graded'!r})\n"
+            )
+            os.chmod(stub, 0o644)
+        folders = list(spec.submodule_search_locations or [])
+        for folder in folders:
+            real = os.path.realpath(folder)
+            opts += ["--tmpfs", real, "--ro-bind", str(stub), f"{real}/__init__.py"]
+            opts += ["--remount-ro", real]
+        if not folders and spec.origin and os.path.isfile(spec.origin):  # a one-file module
+            opts += ["--ro-bind", str(stub), os.path.realpath(spec.origin)]
     return opts

@@ -153,7 +153,7 @@ class Judge:
         parent, child = socket.socketpair()
         env = dict(os.environ)
         # The package as this process sees it, even when it was not installed.
-        here = str(Path(__file__).resolve().parents[2])
+        here = str(Path(__file__).resolve().parents[3])  # the folder holding specdec_course/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
         env[_FD_VAR] = str(child.fileno())  # the judge's end of the socket pair
         try:

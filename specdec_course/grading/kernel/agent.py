@@ -44,11 +44,27 @@ def _on_alarm(signum, frame):
 @contextlib.contextmanager
 def _no_alarm():
     # The channel is never left half-read: an alarm waits until the frame is through.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGPROF})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM, signal.SIGPROF})
+
+
+def _arm(h: dict) -> None:
+    # The time limit counts this process's CPU time (``timeout``: a busy machine slows the
+    # call, it does not use its time up); ``wall`` is the backstop for code that waits.
+    cpu = max(0.01, float(h.get("timeout", 60)))
+    wall = max(cpu, float(h.get("wall") or cpu))
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGPROF, _on_alarm)
+    signal.setitimer(signal.ITIMER_PROF, cpu)
+    signal.setitimer(signal.ITIMER_REAL, wall)
+
+
+def _disarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def _raise_from_judge(info: dict) -> None:
@@ -224,14 +240,13 @@ class _Agent:
     def cell(self, h: dict) -> dict:
         self.last_error = None
         timed_out = False
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(0.01, float(h.get("timeout", 60))))
+        _arm(h)
         try:
             self.shell.run_cell(str(h.get("source", "")), store_history=False)
         except _Timeout:
             timed_out = True
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
         self._after()
         err = self.last_error
         self.last_error = None
@@ -267,8 +282,7 @@ class _Agent:
             torch.manual_seed(int(seed[0]))
             np.random.seed(int(seed[0]) % 2**32)
             random.seed(int(seed[0]))
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(0.01, float(h.get("timeout", 60))))
+        _arm(h)
         try:
             (args, kwargs), _ = self.decode(h.get("value"), blob)
             if "probe" in target:
@@ -284,16 +298,16 @@ class _Agent:
             # (ex03's K and V): the judge takes them as output, never into its own values.
             reply_value = [value, list(args) if h.get("inplace") else None]
         except _Timeout:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
             self._after()
             return {"op": "done", "timeout": True}, []
         except BaseException as e:  # noqa: BLE001 - the student's exception, for the judge
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
             info = wire.error_info(e)
             self._after()
             return {"op": "done", "error": info}, []
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
         live, live_blobs = self._live_out()
         enc, blobs, _ = self.encode(reply_value)
         self._after()
