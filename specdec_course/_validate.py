@@ -242,6 +242,22 @@ def check_ids(x, name: str, vocab_size: int, *, dim: int = 1) -> torch.Tensor:
     return t.to(torch.long)
 
 
+def check_token_batch(idx) -> tuple[int, int]:
+    """``(B, T)`` of a model's input: an int64 tensor ``[B, T]`` with ``T >= 1``, else a
+    ValueError saying what it got (``model.CharGPT`` and ``llm.Llama`` both check this)."""
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
+        got = (
+            f"{tuple(idx.shape)} {idx.dtype}"
+            if isinstance(idx, torch.Tensor)
+            else type(idx).__name__
+        )
+        raise ValueError(f"idx must be an int64 tensor of shape [B, T]; got {got}")
+    B, T = idx.shape
+    if T < 1:
+        raise ValueError("idx must hold at least one token (T >= 1)")
+    return B, T
+
+
 def check_same_shape(a: torch.Tensor, b: torch.Tensor, na: str, nb: str) -> None:
     if a.shape != b.shape:
         raise ValueError(

@@ -218,17 +218,10 @@ def compile_kernel_for_gpu(
         raise ValueError(
             f"cannot find the source of {fn!r} ({e}); define it in a file or a notebook cell"
         ) from None
-    with tempfile.TemporaryDirectory() as tmp:
-        src_file = Path(tmp) / "kernel_source.py"
-        src_file.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
-        job = {
-            "key": fn.__name__,
-            "file": str(src_file),
-            "name": fn.__name__,
-            "signature": signature,
-            "constexprs": constexprs or {},
-        }
-        return _run_child([job], arch, warp_size, timeout, tmp)[fn.__name__]
+    source = "import triton\nimport triton.language as tl\n\n\n" + source
+    return compile_source_for_gpu(
+        source, fn.__name__, signature, constexprs, arch=arch, warp_size=warp_size, timeout=timeout
+    )
 
 
 def compile_source_for_gpu(

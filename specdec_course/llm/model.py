@@ -37,6 +37,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from .._validate import check_token_batch
 from ..devices import check_same_device
 from ..model import KVCache
 
@@ -204,16 +205,7 @@ class Llama(nn.Module):
         return LlamaCache(self.config, batch_size, dtype=self.compute_dtype, device=dev)
 
     def _check_idx(self, idx, cache):
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
-            got = (
-                f"{tuple(idx.shape)} {idx.dtype}"
-                if isinstance(idx, torch.Tensor)
-                else type(idx).__name__
-            )
-            raise ValueError(f"idx must be an int64 tensor of shape [B, T]; got {got}")
-        B, T = idx.shape
-        if T < 1:
-            raise ValueError("idx must hold at least one token (T >= 1)")
+        B, T = check_token_batch(idx)
         dev = self.lm_head.weight.device
         if idx.device != dev:
             check_same_device("idx", idx.device, "the model", dev)

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from .._validate import check_int
+from .._validate import check_int, check_token_batch
 from ..devices import check_same_device
 from .cache import KVCache
 from .config import GPTConfig
@@ -142,16 +142,7 @@ class CharGPT(nn.Module):
         return KVCache(self.config, batch_size, dtype=w.dtype, device=w.device)
 
     def _check_idx(self, idx, cache):
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
-            got = (
-                f"{tuple(idx.shape)} {idx.dtype}"
-                if isinstance(idx, torch.Tensor)
-                else type(idx).__name__
-            )
-            raise ValueError(f"idx must be an int64 tensor of shape [B, T]; got {got}")
-        B, T = idx.shape
-        if T < 1:
-            raise ValueError("idx must hold at least one token (T >= 1)")
+        B, T = check_token_batch(idx)
         w = self.lm_head.weight
         if idx.device != w.device:
             check_same_device("idx", idx.device, "the model", w.device)
