@@ -109,6 +109,66 @@ def test_the_loops_step_is_the_forward(llm32):
     assert decoding.caches_consistent(model, cache, ids, atol=1e-4)
 
 
+def test_the_feature_path_gives_the_steps_logits_bit_for_bit(llm32):
+    """``LlamaStep.logits(hidden(...))`` (the path of a draft that reads the target's
+    features) and ``step`` turn the same tokens into the same logits, bit for bit: both go
+    through the model's one head."""
+    model, tok = llm32
+    ids = torch.tensor(tok.apply_chat_template(CHAT))
+    step = model.lean_step()
+    a, b = step.new_cache(), step.new_cache()
+    V = model.config.vocab_size
+    with torch.inference_mode():
+        step.feed(ids[:-3], a)
+        step.feed(ids[:-3], b)
+        via_step = step.step(ids[-3:], a, torch.empty(3, V))
+        via_features = step.logits(step.hidden(ids[-3:], b), torch.empty(3, V))
+    assert torch.equal(via_step, via_features)
+
+
+@pytest.mark.skipif(
+    not __import__("specdec_course.llm.fast", fromlist=["x"]).can_pack(torch.bfloat16),
+    reason="oneDNN cannot run bfloat16 products on this CPU",
+)
+def test_packed_bfloat16_products_compute_what_the_plain_ones_do():
+    """``llm.fast.PackedLinear`` (oneDNN's packed product) is ``F.linear`` on the same weight,
+    to bfloat16's rounding, for one row and for several; ``llm.load(torch.bfloat16)``
+    packs every block's products and the head, and its logits follow the float32 model's."""
+    from torch.nn import functional as F
+
+    from specdec_course import llm
+    from specdec_course.llm.fast import PackedLinear
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 64, generator=g).bfloat16()
+    lin = PackedLinear(w)
+    for rows in (1, 5):
+        x = torch.randn(1, rows, 64, generator=g).bfloat16()
+        ref = F.linear(x.float(), w.float())
+        assert torch.allclose(lin(x).float(), ref, rtol=2e-2, atol=5e-2)
+    m16, tok = llm.load(torch.bfloat16)
+    assert isinstance(m16.layers[0].feed_forward.w2, PackedLinear)
+    assert isinstance(m16.head_product, PackedLinear)
+    m32, _ = llm.load(torch.float32)
+    ids = torch.tensor(tok.apply_chat_template(CHAT))[None]
+    with torch.inference_mode():
+        p16 = torch.softmax(m16(ids)[0, -8:], -1)
+        p32 = torch.softmax(m32(ids)[0, -8:], -1)
+    # bfloat16 keeps 8 bits: the distributions agree to about a percent, not to float32's
+    # tolerance (and a greedy argmax at a near-tie may differ: llm.loading's docstring)
+    assert (p16 - p32).abs().sum(-1).max() < 0.15
+
+
+def test_training_prompts_hold_no_bench_prompt():
+    """The draft is measured on text it never saw: no bench prompt is a training prompt."""
+    from specdec_course.llm.distill import training_prompts
+    from specdec_course.llm.prompts import PROMPT_SETS
+
+    train = set(training_prompts())
+    assert len(train) > 2000
+    assert not train & {p for ps in PROMPT_SETS.values() for p in ps}
+
+
 # ------------------------------------------------------------------------------ tokenizer
 
 

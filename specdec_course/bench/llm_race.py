@@ -22,7 +22,7 @@ import torch
 
 from .. import decoding
 
-__all__ = ["proposer_speedups", "best_k", "hf_race", "load_llm_results"]
+__all__ = ["grounding", "proposer_speedups", "best_k", "hf_race", "load_llm_results"]
 
 
 def _chat(tok, text):
@@ -93,6 +93,27 @@ def proposer_speedups(
                         f"{row['tokens_per_call']:.2f} tokens/call, alpha {row['alpha']:.2f}"
                     )
     return rows
+
+
+def grounding(model, tok, prompts: list[str], *, max_new_tokens: int = 64, n: int = 4) -> list:
+    """For each prompt, the share of the model's plain greedy answer (up to its end of turn,
+    at most ``max_new_tokens`` tokens) that lies in runs of ``n`` tokens found in the prompt:
+    how much of the answer the prompt grounds (``llm.prompts`` chose its grounded set by it)."""
+    end = tok.encode("<|im_end|>")[0]
+    shares = []
+    for text in prompts:
+        ids = _chat(tok, text)
+        answer = decoding.generate(model, ids, max_new_tokens, temperature=0)[ids.numel() :]
+        a = answer.tolist()
+        a = a[: a.index(end)] if end in a else a
+        p = ids.tolist()
+        runs = {tuple(p[j : j + n]) for j in range(len(p) - n + 1)}
+        covered = set()
+        for j in range(len(a) - n + 1):
+            if tuple(a[j : j + n]) in runs:
+                covered.update(range(j, j + n))
+        shares.append(round(len(covered) / max(len(a), 1), 3))
+    return shares
 
 
 def best_k(rows: list[dict]) -> list[dict]:

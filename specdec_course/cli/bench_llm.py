@@ -43,7 +43,7 @@ def add_parser(what) -> None:
         "--max-new-tokens", type=int, default=64, help="tokens per decoded prompt (default: 64)"
     )
     p.add_argument(
-        "--ks", default="2,4,8", help="draft lengths to try, comma-separated (default: 2,4,8)"
+        "--ks", default="2,3,4,8", help="draft lengths to try, comma-separated (default: 2,3,4,8)"
     )
     p.add_argument("--quick", action="store_true", help="2 prompts per set, k = 4 only, 32 tokens")
     add_out(p)
@@ -98,6 +98,22 @@ def run(args) -> int:
             f"{T:2d}  {a['seconds'][i] * 1e3:9.2f}  {a['ratio'][i]:4.2f}  "
             f"{b['seconds'][i] * 1e3:7.3f}  {b['ratio'][i]:4.2f}"
         )
+    # The dtype, by measurement: both at the few tokens a speculative call scores
+    # (llm.loading's docstring says why float32 stays the default all the same).
+    m16 = llm.load(torch.bfloat16)[0]
+    m32 = model if model.compute_dtype == torch.float32 else llm.load(torch.float32)[0]
+    by_dtype = bench_llm.dtype_costs(
+        {"float32": m32, "bfloat16": m16},
+        sizes=(1, 3, 5, 9),
+        threads=(args.threads,),
+        repeats=args.repeats,
+        clock=clock,
+    )
+    dtypes = {name: {str(T): s for T, s in d.items()} for (name, _), d in by_dtype.items()}
+    for name, d in dtypes.items():
+        print(f"{name}: " + ", ".join(f"T={T} {s * 1e3:.1f} ms" for T, s in d.items()))
+    grounded = llm_race.grounding(model, tok, sets["grounded"], max_new_tokens=n_new)
+    print("share of each grounded prompt's plain answer found in its prompt:", grounded)
     props = llm.proposers(model)
     rows = llm_race.proposer_speedups(
         model, tok, props, sets, ks=ks, max_new_tokens=n_new, log=print, clock=clock
@@ -126,6 +142,8 @@ def run(args) -> int:
         ks=list(ks),
         prompts={k: len(v) for k, v in sets.items()},
         call_costs=costs,
+        dtypes=dtypes,
+        grounding=grounded,
         speedups=rows,
         best=llm_race.best_k(rows),
         race=race,

@@ -83,11 +83,68 @@ _CODE = (
 ).split("|")
 
 
+# The second round: open questions as people ask a chat model, on everyday subjects, and more
+# code tasks. None is a bench prompt (``llm.prompts.PROMPT_SETS``; tests/test_llm.py checks).
+_SUBJECTS = (
+    "keeping houseplants alive|moving to a new city|learning to swim|board games|camping|"
+    "penguins|octopuses|the pyramids|rainforests|the northern lights|baking cookies|running a "
+    "marathon|learning the guitar|owning a rabbit|planning a wedding|the first day of school|"
+    "writing a CV|volunteering|composting|bird watching|sourdough bread|traffic jams|"
+    "thunderstorms|jellyfish|the Amazon river|knitting|skateboarding|robots|trees in winter|"
+    "old castles|lighthouses|space stations|submarines|wolves|elephants|tomatoes|bridges|"
+    "clocks|maps|postcards|the alphabet|fireworks|rainy days|island life|mountain climbing|"
+    "a school science fair|street markets|family recipes|city parks|train journeys|road "
+    "trips|summer holidays|packing a suitcase|saving for a bicycle|a birthday party|learning "
+    "to cook|a power cut|a broken phone screen|noisy neighbours|a tidy desk|morning routines|"
+    "pet goldfish|hedgehogs|frogs|glaciers|caves|deserts at night|the Arctic|sea turtles|"
+    "sunflowers|a village bakery|a football match|a library card|a museum visit|a science "
+    "museum|an old diary|a treasure map|a snowy morning|a lost key|a paper boat|a kite"
+).split("|")
+_QUESTIONS = (
+    "Tell me how {t} works.|What would I need to know about {t}?|Give me advice about {t}.|"
+    "Why do people enjoy {t}?|Write a short story about {t}.|What are some good ways to get "
+    "started with {t}?|Can you tell me something surprising about {t}?|What do people often "
+    "get wrong about {t}?|Describe {t} to someone who has never heard of it.|Write a friendly "
+    "letter to a friend about {t}.|What are the most important things about {t}?|How can I "
+    "explain {t} to my grandmother?|Tell me a fun fact about {t} and explain it.|What could go "
+    "wrong with {t}, and how do I avoid it?|Write a short poem about {t}.|I am curious about "
+    "{t}. Where should I begin?"
+).split("|")
+_CODE_MORE = (
+    "Write a Python function that removes all spaces from a string.|Write a Python function "
+    "that returns the sum of the digits of a number.|Write a Python class for a stack with "
+    "push, pop and peek methods.|Write a Python function that finds the most common element in "
+    "a list.|Write a Python function that checks whether two strings are anagrams.|Write a "
+    "Python function that returns all even numbers in a list.|Write a Python function that "
+    "capitalises the first letter of every word.|Write a Python function that computes the "
+    "greatest common divisor of two numbers.|Write a Python class for a rectangle with area "
+    "and perimeter methods.|Write a Python function that reverses the order of words in a "
+    "sentence.|Write a Python function that returns the average of a list of numbers.|Write a "
+    "Python function that checks whether a list is sorted.|Write a Python function that "
+    "converts a list of strings to upper case.|Write a Python function that counts the lines "
+    "in a file.|Write a Python function that returns the minimum and maximum of a list.|Write "
+    "a Python function that removes duplicates from a list while keeping order.|Write a Python"
+    " function that computes the power of a number without using **.|Write a Python function "
+    "that checks whether a number is a perfect square.|Write a Python class for a to-do list "
+    "with add, remove and show methods.|Write a Python function that returns the length of the"
+    " longest word in a sentence.|Write a Python function that converts minutes to hours and "
+    "minutes.|Write a Python function that merges two dictionaries.|Write a Python function "
+    "that returns the first n prime numbers.|Write a Python function that rotates a list by k "
+    "positions."
+).split("|")
+
+
 def training_prompts(seed: int = 0) -> list[str]:
-    """Every topic under every template, and each code task eight times, shuffled."""
-    out = [tpl.format(t=t) for t in _TOPICS for tpl in _TEMPLATES] + _CODE * 8
-    random.Random(seed).shuffle(out)
-    return out
+    """The prompts ``make_data`` answers, in batch order. First the first round (every topic
+    under every template and each code task eight times, shuffled; the shipped draft's first
+    42 batches of 32 are its first 1,344), then the second round: open questions on
+    everyday subjects and more code tasks, each code task four times, shuffled; then the rest
+    of the first round."""
+    first = [tpl.format(t=t) for t in _TOPICS for tpl in _TEMPLATES] + _CODE * 8
+    random.Random(seed).shuffle(first)
+    second = [q.format(t=t) for t in _SUBJECTS for q in _QUESTIONS] + _CODE_MORE * 4
+    random.Random(seed + 1).shuffle(second)
+    return first[:1344] + second + first[1344:]
 
 
 def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:

@@ -1,22 +1,32 @@
 """``llm.load``: the course's Llama with SmolLM2's weights and tokenizer, once per process.
 
-The weight dtype: float32 by default, chosen by measurement. A decode step reads every
-weight, so bfloat16 (half the bytes: 270 MB instead of 540 MB) should halve a memory-bound
-step where the CPU multiplies bfloat16 natively; ``load(dtype=torch.bfloat16)`` gives it.
-On the course's 2-core machine (Intel Xeon, AVX-512 with AVX512-BF16, torch 2.13 CPU),
-one call after a 300-token context, one thread, CPU time of the thread (``bench.llm.
-call_costs(..., clock=time.thread_time)``), the two were equal for one token (71 and 69 ms)
-but bfloat16 grew far faster with the tokens scored: 178 against 285 ms for 9 tokens, 190
-against 908 ms for 32 (ATen's bfloat16 products at a few rows were compute-bound there,
-float32's were not), and a speculative call scores k + 1 tokens. float32 is also what the
-logits are checked against (``LlamaForCausalLM`` in float32) and gives the same tokens on
-every CPU that runs the notebooks. The logits are float32 in both (``llm.model``).
+The weight dtype, chosen by measurement: float32. A decode step reads every weight, so
+bfloat16 (270 MB instead of 540 MB) should make a memory-bound step cheaper where the CPU
+multiplies bfloat16 natively, and it does through oneDNN's packed product (``llm.fast``; ATen's
+own bfloat16 product at a few rows is compute-bound and grows with every row). On the
+course's 2-core machine (Intel Xeon, AVX512-BF16, torch 2.13; one cached call after a
+300-token context, 2 threads, oneDNN off as the loops run): float32 28-30 ms for 1 token and
+64 ms for 9; bfloat16 through ATen 28 and 111 ms; bfloat16 packed 26 and 43 ms.
+
+bfloat16 is still not the default, for exactness: a call scoring k + 1 tokens must give each
+token the logits a call of one gives it, or greedy speculative decoding drifts from plain
+greedy decoding at near-ties. Neither oneDNN's product (a one-row product takes another
+kernel than a several-row one, for some inputs) nor ATen's attention (the sums run over the
+keys in blocks that depend on how many there are) keeps a row's result independent of the
+rows beside it. In float32 the difference is a few units in the last place of 24 bits and
+never changed a greedy token on the bench's prompts (``bench llm`` checks every run); in
+bfloat16 the activations keep 8 bits and the same differences changed the greedy text in
+44 of 108 bench runs of 64 tokens (every prompt set, both drafts, k = 2, 4, 8). llama.cpp
+shows the same at 4.5-bit weights (its prompt-lookup greedy text differs from its plain
+greedy text). ``load(torch.bfloat16)`` gives the faster model for sampling, where only the
+law matters, and for measuring.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import fast
 from .gguf_load import read_gguf
 from .model import Llama, LlamaConfig
 from .tokenizer import GGUFTokenizer
@@ -27,13 +37,15 @@ _loaded: dict = {}
 
 
 def default_dtype() -> torch.dtype:
-    """float32: measured faster than bfloat16 for the calls speculative decoding makes (see the
-    module docstring); pass ``dtype=torch.bfloat16`` to ``load`` to measure it on yours."""
+    """float32: bfloat16 is faster where the CPU multiplies it natively (``fast.native_bf16``)
+    but a call of k + 1 tokens does not reproduce a call of one bit for bit, and greedy
+    speculative text drifts from plain greedy text (the module docstring)."""
     return torch.float32
 
 
 def build(config: dict, tensors: dict, dtype: torch.dtype) -> Llama:
-    """A ``Llama`` from ``gguf_load.read_gguf``'s config and float32 tensors."""
+    """A ``Llama`` from ``gguf_load.read_gguf``'s config and float32 tensors; in bfloat16 its
+    products are packed for oneDNN (``fast.pack``)."""
     cfg = LlamaConfig(**config)
     model = Llama(cfg, compute_dtype=dtype)
     state = {}
@@ -55,7 +67,7 @@ def build(config: dict, tensors: dict, dtype: torch.dtype) -> Llama:
         raise ValueError(
             f"GGUF tensors do not fit the model: missing {missing}, extra {unexpected}"
         )
-    return model.finish_loading()
+    return fast.pack(model.finish_loading())
 
 
 def load(dtype: torch.dtype | None = None) -> tuple[Llama, GGUFTokenizer]:

@@ -26,7 +26,8 @@ vocab_size`` and ``block_size``, ``lm_head.weight``, ``new_cache``, ``forward(id
 Dtype: the transformer's weights and cache are in ``compute_dtype`` (``llm.load`` picks it
 by measurement); the tied table ``lm_head.weight`` and the logits stay float32, the dtype the
 loops' verifier reads through NumPy; the head's product reads a copy of the table in the
-compute dtype (``_head_w``).
+compute dtype (``head_weight``). ``llm.fast.pack`` swaps the bfloat16 products for oneDNN's
+packed ones (the speed path, beside the model).
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ class Llama(nn.Module):
         cos, sin = rotary_tables(config)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self._head_w = None
+        self.head_weight = None  # the tied table in the compute dtype (finish_loading)
+        self.head_product = None  # None: F.linear by head_weight; llm.fast.pack swaps it
         self._step = None
 
     def finish_loading(self) -> Llama:
@@ -195,7 +197,8 @@ class Llama(nn.Module):
         self.rope_cos = self.rope_cos.to(self.compute_dtype)
         self.rope_sin = self.rope_sin.to(self.compute_dtype)
         w = self.lm_head.weight
-        self._head_w = w if self.compute_dtype == w.dtype else w.detach().to(self.compute_dtype)
+        self.head_weight = w if self.compute_dtype == w.dtype else w.detach().to(self.compute_dtype)
+        self.head_product = None
         self._step = None
         return self.eval().requires_grad_(False)
 
@@ -255,7 +258,10 @@ class Llama(nn.Module):
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Float32 logits of hidden states ``h`` ``[..., n_embd]`` (the tied output layer)."""
-        return F.linear(h.to(self.compute_dtype), self._head_w).float()
+        h = h.to(self.compute_dtype)
+        if self.head_product is not None:
+            return self.head_product(h).float()
+        return F.linear(h, self.head_weight).float()
 
     def forward(self, idx: torch.Tensor, cache: LlamaCache | None = None, *, return_hidden=False):
         """Float32 logits ``[B, T, vocab_size]`` of every position of ``idx``.
@@ -286,16 +292,15 @@ class Llama(nn.Module):
 class LlamaStep:
     """``model.lean.LeanStep``'s interface for the Llama: ``step(ids [T], cache, out [T, V])``
     writes the float32 logits of ``T`` new tokens into ``out``; ``hidden(ids, cache)``
-    returns their final hidden states ``[T, n_embd]`` in float32, and ``w_t`` (the float32
-    table transposed) and ``C`` (``n_embd``) are what ``logits`` (the speculative loop's path for
-    a draft that reads the target's features) multiplies them by. Unchecked: the loops call it
-    with ids and caches the checked paths accepted."""
+    returns their final hidden states ``[T, n_embd]`` in float32, and ``logits`` (the
+    speculative loop's path for a draft that reads the target's features) turns them into
+    logits through the same head as ``step``, so both paths give the same logits bit for bit.
+    ``C`` is ``n_embd``. Unchecked: the loops call it with ids and caches the checked paths
+    accepted."""
 
     def __init__(self, model: Llama):
         self.model = model
         self.C = model.config.n_embd
-        self.w_t = model.lm_head.weight.t()
-        self._head_t = model._head_w.t()  # the same table in the compute dtype
 
     def new_cache(self) -> LlamaCache:
         return self.model.new_cache(1)
@@ -307,13 +312,10 @@ class LlamaStep:
 
     def logits(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """The float32 logits ``[T, V]`` of ``hidden`` (``hidden(...)``'s output) into ``out``."""
-        return torch.mm(hidden, self.w_t, out=out)
+        return out.copy_(self.model.head(hidden))
 
     def step(self, ids: torch.Tensor, cache: LlamaCache, out: torch.Tensor) -> torch.Tensor:
-        h = self.model.decode_hidden(ids[None], cache)[0]
-        if h.dtype == out.dtype:
-            return torch.mm(h, self._head_t, out=out)
-        return out.copy_(torch.mm(h, self._head_t))
+        return out.copy_(self.model.head(self.model.decode_hidden(ids[None], cache)[0]))
 
     def feed(self, ids: torch.Tensor, cache: LlamaCache) -> None:
         self.model.decode_hidden(ids[None], cache)

@@ -1,9 +1,17 @@
 """The real model's three prompt sets: input-grounded, open chat, code writing.
 
 None of them is in the draft's training prompts (``llm.distill`` draws from other topics and
-tasks), so the trained draft is measured on text it never saw. The grounded prompts give
-the model a passage or a program and ask for a summary, a quotation or an edit: the answer
-repeats long spans of its input, the case prompt lookup is for.
+tasks; tests/test_llm.py checks), so the trained draft is measured on text it never saw.
+
+The grounded prompts give the model a passage and ask for a copy, a quotation, a summary or a
+rewording: the answer repeats long spans of its input, the case prompt lookup is for. They
+were chosen by what the model does with them, not by any speedup: a prompt is grounded when
+most of SmolLM2-135M's own plain greedy answer (``bench llm`` records the share, under
+``"grounding"``) lies in 4-token runs of the prompt. Asked to edit code (add docstrings,
+rename a variable, comment every line) or to copy a notice and list its rules, this 135M
+model wrote something else (0-47% of its answer from the prompt), so no code edit is among
+them; one asked to reword a notice for children repeated one word. The code set asks for
+new code.
 """
 
 from __future__ import annotations
@@ -24,32 +32,15 @@ _BAKERY = (
     "ordered at least two days in advance, by phone or in the shop. We accept cash and cards, "
     "but not cheques. Parking is free behind the building for the first hour."
 )
-_CODE = """def average(values):
-    total = 0
-    for v in values:
-        total = total + v
-    return total / len(values)
-
-
-def largest(values):
-    best = values[0]
-    for v in values:
-        if v > best:
-            best = v
-    return best
-"""
-
 PROMPT_SETS = {
     "grounded": [
         f"Repeat the following passage word for word, then give it a title.\n\n{_LIGHTHOUSE}",
         f"Summarise this passage in three sentences, quoting its dates exactly.\n\n{_LIGHTHOUSE}",
-        "Rewrite this notice so that it is addressed to children, keeping every fact.\n\n"
-        + _BAKERY,
-        "Copy this notice and then list its rules as bullet points.\n\n" + _BAKERY,
-        "Add a docstring to each function in this Python code and return the whole code.\n\n"
-        + _CODE,
-        "Rename the variable `values` to `numbers` in this code and return the full code.\n\n"
-        + _CODE,
+        "Quote the sentence of this passage that mentions Martha Hale's logbook, then explain "
+        f"it.\n\n{_LIGHTHOUSE}",
+        f"Correct any mistakes in this passage and return it in full.\n\n{_LIGHTHOUSE}",
+        "Turn this notice into a list of facts, one per line, using its own words.\n\n" + _BAKERY,
+        "Translate this notice into simpler English, sentence by sentence.\n\n" + _BAKERY,
     ],
     "chat": [
         "What are some good ways to stay focused while studying?",

@@ -1,0 +1,80 @@
+"""The Llama's speed path on a CPU: its bfloat16 products through oneDNN with packed weights.
+
+A decode step of SmolLM2 is ~120 matrix products of a few rows (the tokens scored) by a
+weight matrix. On a CPU, ATen's own bfloat16 product at a few rows is compute-bound and grows
+with every row; oneDNN's (the library ``torch.ops.mkldnn`` calls) reads a weight laid out
+once, at load time, in the blocks its kernel wants, and uses the CPU's bfloat16 dot-product
+instructions (AVX512-BF16, AMX, ARM's BF16). This module swaps the blocks' ``nn.Linear``
+for :class:`PackedLinear` and packs the tied head: the same arithmetic on the same weights,
+so ``model.py`` stays the plain Llama (as gpt-fast's ``quantize.py`` swaps its Linear layers
+for int8 ones beside ``model.py``).
+
+Measured on the course's 2-core CPU (Intel Xeon, AVX512-BF16, torch 2.13), one cached call
+after a 300-token context, 2 threads: ATen's bfloat16 path (the loops run with oneDNN off)
+took 28 ms for 1 token and 111 ms for 9; packed, 26 and 43 ms; float32, 30 and 64 ms.
+``llm.loading``'s docstring says why float32 stays the default all the same (a row's result
+depends on the rows beside it, and bfloat16 makes that visible in greedy text). float32 is
+left to ATen: MKL's float32 product is as fast at one to three rows.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+__all__ = ["PackedLinear", "can_pack", "native_bf16", "pack"]
+
+
+def native_bf16() -> bool:
+    """True where this CPU multiplies bfloat16 natively (x86: AVX512-BF16 or AMX-BF16; Arm:
+    the BF16 extension), read from ``/proc/cpuinfo`` (False where it cannot be read). oneDNN
+    runs bfloat16 elsewhere too, by converting to float32, with no gain over float32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set()
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags.update(line.split(":", 1)[1].split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def can_pack(dtype: torch.dtype) -> bool:
+    """True where oneDNN runs ``dtype`` products on this CPU: bfloat16 with oneDNN built in
+    and a CPU it supports bfloat16 on."""
+    return (
+        dtype == torch.bfloat16
+        and torch.backends.mkldnn.is_available()
+        and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    )
+
+
+class PackedLinear(nn.Module):
+    """``nn.Linear`` without bias whose weight oneDNN has laid out for its kernel (read-only:
+    the packed tensor is opaque; keep the original to train or save)."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed"
+
+
+def pack(model):
+    """``model`` (an ``llm.model.Llama`` in bfloat16) with every block's products and its head
+    packed for oneDNN. Returns the model unchanged where :func:`can_pack` is False."""
+    if not can_pack(model.compute_dtype) or model.lm_head.weight.device.type != "cpu":
+        return model
+    for block in model.layers:
+        for parent in (block.attention, block.feed_forward):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(parent, name, PackedLinear(child.weight))
+    model.head_product = PackedLinear(model.head_weight)
+    return model
