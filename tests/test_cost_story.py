@@ -3,9 +3,10 @@ speedup their committed outputs print from data/results/speedup_cpu.json is the 
 figure at the printed precision, and their prose types no c value or speedup a record could
 contradict (lesson 04 defines one c; appendix A splits it into c_call and c_loop). Neither do the
 exercises, their solutions, or lessons 01-03 (outside lesson 02's hypothetical examples).
-Lessons 06, 08 and 09 print their verdicts on the stored records (Medusa against plain
+Lessons 06, 08, 09 and 09b print their verdicts on the stored records (Medusa against plain
 decoding and the draft model, the controller against the best fixed k, block against
-token-wise verification) from the records, with words chosen from the figures."""
+token-wise verification, EAGLE against the draft model) from the records, with words chosen
+from the figures."""
 
 import json
 import re
@@ -188,6 +189,10 @@ def test_lesson_09_prints_the_records_block_rows_with_their_standard_errors():
     out = outputs(ROOT / "lessons" / "09_block_verification.ipynb")
     for r in blk["rows"]:
         assert f"| {r['gain']:18.3f} | {r['diff']:+.3f} ({r['diff_se']:.3f})" in out, r["k"]
+
+
+def test_lesson_09b_prints_the_records_eagle_verdicts():
+    out = outputs(ROOT / "lessons" / "09b_feature_drafts.ipynb")
     for run in bench.load_eagle_results()["runs"]:
         e, d = run["methods"]["eagle"]["best_speedup"], run["methods"]["draft"]["best_speedup"]
         t = run["temperature"]
@@ -206,6 +211,7 @@ def test_lesson_09_prints_the_records_block_rows_with_their_standard_errors():
         "07_ngram_draft",
         "08_when_speculation_pays",
         "09_block_verification",
+        "09b_feature_drafts",
         "appendix_a_cpu_costs",
     ],
 )
