@@ -1,5 +1,6 @@
 """Every lesson states a time within 20% of the README's estimate (tools/lesson_time.py:
-130 words of markdown a minute plus 4 non-blank code lines a minute)."""
+130 words of markdown a minute, 4 non-blank code lines a minute and 10 non-blank printed
+lines a minute)."""
 
 import importlib.util
 from pathlib import Path
@@ -43,3 +44,38 @@ def test_the_estimate_counts_prose_words_and_code_lines(tmp_path):
     )
     with pytest.raises(ValueError, match="states no"):
         lesson_time.stated_minutes(tmp_path / "bad.ipynb")
+
+
+def test_the_estimate_counts_printed_lines_but_not_figures(tmp_path):
+    import json
+
+    table = "k | alpha\n1 | 0.84\n\n2 | 0.85\n"  # three non-blank lines
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": "**Time:** about 1 minutes."},
+            {
+                "cell_type": "code",
+                "source": "",
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": [table]},
+                    {"output_type": "display_data", "data": {"text/markdown": "A verdict."}},
+                    {"output_type": "execute_result", "data": {"text/plain": "0.5"}},
+                    {
+                        "output_type": "display_data",
+                        "data": {"image/png": "...", "text/plain": "<Figure size 500x300>"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "data": {
+                            "application/vnd.jupyter.widget-view+json": {},
+                            "text/plain": "IntSlider(value=1)",
+                        },
+                    },
+                ],
+            },
+        ]
+    }
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    assert lesson_time.output_lines(path) == 5
+    assert lesson_time.estimate_minutes(path) == pytest.approx(4 / 130 + 5 / 10)  # 4 words

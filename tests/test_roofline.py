@@ -186,3 +186,20 @@ def test_cli_prints_the_model_table(capsys):
     assert out.count("ROOFLINE MODEL (not a measurement)") == 3
     ridge = bench.modelled_ridge(LLAMA_8B, "h100")
     assert f"| {ridge} (= {ridge} per call)" in out
+
+
+def test_each_draft_is_priced_by_its_own_shape_and_an_unknown_one_raises():
+    acc = {"draft": [(4, 0.8)], "fused": [(4, 0.8)], "recurrent": [(4, 0.8)]}
+    preds = {p["method"]: p["best"] for p in bench.modelled_speedups(acc, "h200")}
+    assert preds["fused"]["c"] == preds["draft"]["c"]  # the draft model's step, a small head
+    # The recurrent draft reads most of what a target step reads per drafted token: its c is
+    # its measured share of the course's target, not the 1B draft's.
+    frac = bench.recurrent_token_fraction()
+    assert 0.5 < frac < 1.0
+    assert preds["recurrent"]["c"] == pytest.approx(frac, rel=0.02)
+    assert preds["recurrent"]["c"] > 3 * preds["draft"]["c"]
+    assert preds["recurrent"]["priced"] < preds["draft"]["priced"]
+    with pytest.raises(ValueError, match="no price for method 'mystery'"):
+        bench.modelled_speedups({"mystery": [(4, 0.8)]}, "h200")
+    with pytest.raises(ValueError, match="fraction"):
+        bench.scaled_draft_shape(LLAMA_8B, 0.0, "none")

@@ -3,10 +3,12 @@ lesson states.
 
     python tools/lesson_time.py [NB.ipynb ...]     # default: every lessons/*.ipynb
 
-The estimate is the README's rule: reading the markdown at 130 words a minute, plus working
-through the code at 4 non-blank lines a minute (reading, running and looking at what a line
-prints). The stated time is the first cell's "**Time:** about N minutes". A lesson passes
-when its stated time is within 20% of the estimate (tests/test_lesson_time.py).
+The estimate is the README's rule: reading the markdown at 130 words a minute, working
+through the code at 4 non-blank lines a minute (reading and running it), and reading what the
+committed outputs print at 10 non-blank lines a minute (a row of a table, a verdict; figures
+and widgets are not counted). The stated time is the first cell's "**Time:** about N
+minutes". A lesson passes when its stated time is within 20% of the estimate
+(tests/test_lesson_time.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 WORDS_PER_MINUTE = 130
 CODE_LINES_PER_MINUTE = 4
+OUTPUT_LINES_PER_MINUTE = 10
 TOLERANCE = 0.20
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 _STATED = re.compile(r"\*\*Time:\*\*\s+about\s+(\d+)\s+minutes")
@@ -38,10 +41,39 @@ def counts(path: str | Path) -> tuple[int, int]:
     return words, lines
 
 
+def _printed(output: dict) -> str:
+    """The text a reader reads in one output: a stream, or a result shown as markdown or text
+    (not a figure's or a widget's placeholder text)."""
+    if output.get("output_type") == "stream":
+        return _source({"source": output.get("text", "")})
+    data = output.get("data", {})
+    if any(k.startswith("image/") or "widget" in k for k in data):
+        return ""
+    return _source({"source": data.get("text/markdown") or data.get("text/plain", "")})
+
+
+def output_lines(path: str | Path) -> int:
+    """Non-blank lines the committed code cells of the notebook at ``path`` print."""
+    cells = json.loads(Path(path).read_text())["cells"]
+    return sum(
+        1
+        for c in cells
+        if c["cell_type"] == "code"
+        for o in c.get("outputs", [])
+        for l in _printed(o).splitlines()
+        if l.strip()
+    )
+
+
 def estimate_minutes(path: str | Path) -> float:
-    """Minutes to read the markdown and work through the code of the notebook at ``path``."""
+    """Minutes to read the markdown, work through the code and read what it prints, for the
+    notebook at ``path``."""
     words, lines = counts(path)
-    return words / WORDS_PER_MINUTE + lines / CODE_LINES_PER_MINUTE
+    return (
+        words / WORDS_PER_MINUTE
+        + lines / CODE_LINES_PER_MINUTE
+        + output_lines(path) / OUTPUT_LINES_PER_MINUTE
+    )
 
 
 def stated_minutes(path: str | Path) -> int:
@@ -61,14 +93,17 @@ def within_tolerance(stated: float, estimate: float, tolerance: float = TOLERANC
 def main(paths: list[str]) -> int:
     paths = paths or sorted(str(p) for p in LESSONS.glob("*.ipynb"))
     bad = 0
-    print(f"{'lesson':40s} words  code  estimate  stated  within 20%")
+    print(f"{'lesson':40s} words  code  printed  estimate  stated  within 20%")
     for p in paths:
         words, lines = counts(p)
         est, stated = estimate_minutes(p), stated_minutes(p)
         ok = within_tolerance(stated, est)
         bad += not ok
         verdict = "yes" if ok else "NO"
-        print(f"{Path(p).name:40s} {words:5d} {lines:5d} {est:7.0f} min {stated:4d} min  {verdict}")
+        print(
+            f"{Path(p).name:40s} {words:5d} {lines:5d} {output_lines(p):8d} {est:7.0f} min "
+            f"{stated:4d} min  {verdict}"
+        )
     return 1 if bad else 0
 
 

@@ -1,4 +1,4 @@
-"""The EAGLE-style drafts against the 1-layer draft model on the CPU (``bench eagle``; lesson 09).
+"""The EAGLE-style drafts against the 1-layer draft model on the CPU (``bench eagle``; lesson 09b).
 
 The feature-level draft (``eagle.EagleDraft``, ``"eagle"``), the fused one (the draft
 model with a head that reads the target's feature, ``eagle.fused``, ``"fused"``) and the

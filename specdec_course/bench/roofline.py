@@ -73,6 +73,7 @@ __all__ = [
     "DEFAULT_CONTEXT",
     "eagle_draft_shape",
     "medusa_heads_shape",
+    "scaled_draft_shape",
     "modelled_call",
     "modelled_ratio",
     "modelled_ridge",
@@ -239,6 +240,17 @@ def medusa_heads_shape(target: ModelShape, n_heads: int) -> ModelShape:
     d, V = target.d_model, target.vocab
     extra = n_heads * (d * d + d) + (n_heads - 1) * d * V  # one LM head is the shape's own
     name = f"{n_heads} Medusa heads on {target.name}"  # no embedding table of their own
+    return replace(target, name=name, n_layer=0, tied_embeddings=True, extra_params=extra)
+
+
+def scaled_draft_shape(target: ModelShape, fraction: float, name: str) -> ModelShape:
+    """A draft known only by its cost relative to its own target: each drafted token streams
+    ``fraction`` of the weights a step of ``target`` multiplies (``matmul_params``), and it keeps
+    no KV cache. That is how the model prices a draft that is not a decoder, such as the
+    course's recurrent draft, whose fraction is measured on the course's own pair. The LM
+    head is the least it reads. Raises ValueError for a fraction that is not positive."""
+    fraction = _positive(fraction, "fraction")
+    extra = max(0, round(fraction * target.matmul_params) - target.d_model * target.vocab)
     return replace(target, name=name, n_layer=0, tied_embeddings=True, extra_params=extra)
 
 

@@ -9,6 +9,8 @@ record (``bench.gpu_speedup_report``) is a measurement and replaces them where o
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .. import theory
 from .roofline import (
     DEFAULT_CONTEXT,
@@ -21,10 +23,12 @@ from .roofline import (
     format_modelled_ratios,
     medusa_heads_shape,
     modelled_call,
+    scaled_draft_shape,
 )
 
 __all__ = [
     "measured_acceptance",
+    "recurrent_token_fraction",
     "modelled_speedups",
     "format_modelled_speedups",
     "format_roofline_report",
@@ -61,8 +65,40 @@ def measured_acceptance(temperature: float = 1.0, directory=None) -> dict:
 
 
 # What each method drafts with, for the model: a shape's call (priced) or nothing (the
-# n-gram tables are a host look-up, c = 0 next to a call of milliseconds).
-_DRAFTED_BY = {"draft": "draft", "ngram": None, "distilled": None, "eagle": "eagle"}
+# n-gram tables are a host look-up, c = 0 next to a call of milliseconds). The fused draft is
+# the draft model's step with a small head beside it, priced as the draft model's; the
+# recurrent draft is not a decoder and is priced by its own share of its target's weights.
+# A method missing here has no price: modelled_speedups raises rather than guess one.
+_DRAFTED_BY = {
+    "draft": "draft",
+    "fused": "draft",
+    "ngram": None,
+    "distilled": None,
+    "eagle": "eagle",
+    "recurrent": "recurrent",
+}
+
+
+def _linear_weights(modules) -> int:
+    import torch.nn as nn
+
+    return sum(m.weight.numel() for m in modules if isinstance(m, nn.Linear))
+
+
+@lru_cache(maxsize=1)
+def recurrent_token_fraction() -> float:
+    """Per drafted token, the weights the shipped recurrent draft multiplies (its cell's ``A``
+    and ``B`` and its output layer) over those one step of the shipped target multiplies (its
+    blocks' linear layers and its LM head): what a drafted token costs beside a target step
+    where a step costs the bytes of the weights it reads. The once-per-proposal products
+    over the feature are left out, so the true cost is higher. Raises FileNotFoundError when
+    a checkpoint is missing."""
+    from ..eagle import load_recurrent
+    from ..model import load_pretrained
+
+    target = load_pretrained("target")
+    cell = load_recurrent(target=target)
+    return _linear_weights([cell.A, cell.B, cell.out]) / _linear_weights(target.modules())
 
 
 def _default_heads() -> int:
@@ -85,19 +121,25 @@ def modelled_speedups(
 
     ``acceptance`` is ``measured_acceptance()``'s dict. For a chain draft at each measured
     ``k``: ``c`` = the model's draft call over its one-token target call (the draft shape's,
-    EAGLE's ``eagle_draft_shape(target)``, 0 for the n-gram tables), ``ratio`` = the
-    ``(k + 1)``-token target call over the one-token one, Theorem 3.8's ``theory.speedup(alpha,
-    k, c)`` (``thm38``, which takes ratio = 1) and ``priced`` = ``expected_tokens(alpha, k) /
-    (k c + ratio)``. For Medusa's trees: ``c`` = the heads' call (``medusa_heads_shape``, with
-    ``medusa_heads`` heads, default ``medusa.DEFAULT_HEADS``), the tree's ``nodes``-token call
-    priced, and the measured tokens per call in place of Theorem 3.8's expectation (``thm38``
-    = those tokens, a free call). ``fits``: the target's call and the draft's weights and
-    KV caches fit in the GPU's memory. Returns one dict per method: ``method``, ``rows`` and
-    ``best`` (the row with the largest ``priced`` among those that fit, if any do). Raises
-    ValueError as ``modelled_call``.
+    also for the fused draft; EAGLE's ``eagle_draft_shape(target)``; the recurrent draft's
+    ``scaled_draft_shape`` at ``recurrent_token_fraction()``; 0 for the n-gram tables),
+    ``ratio`` = the ``(k + 1)``-token target call over the one-token one, Theorem 3.8's
+    ``theory.speedup(alpha, k, c)`` (``thm38``, which takes ratio = 1) and ``priced`` =
+    ``expected_tokens(alpha, k) / (k c + ratio)``. For Medusa's trees: ``c`` = the heads'
+    call (``medusa_heads_shape``, with ``medusa_heads`` heads, default
+    ``medusa.DEFAULT_HEADS``), the tree's ``nodes``-token call priced, and the measured
+    tokens per call in place of Theorem 3.8's expectation (``thm38`` = those tokens, a free
+    call). ``fits``: the target's call and the draft's weights and KV caches fit in the
+    GPU's memory. Returns one dict per method: ``method``, ``rows`` and ``best`` (the row
+    with the largest ``priced`` among those that fit, if any do). Raises ValueError as
+    ``modelled_call``, and for a method the model has no price for.
     """
     target, gpu = _shape(target), _gpu(gpu)
     drafters = {"draft": _shape(draft), "eagle": eagle_draft_shape(target)}
+    if "recurrent" in acceptance:
+        drafters["recurrent"] = scaled_draft_shape(
+            target, recurrent_token_fraction(), f"recurrent draft of {target.name}"
+        )
 
     def call(shape: ModelShape, tokens: int) -> ModelledCall:
         return modelled_call(shape, gpu, tokens, batch, context, overhead_s)
@@ -109,7 +151,12 @@ def modelled_speedups(
             shape = medusa_heads_shape(target, medusa_heads or _default_heads())
             runs = [(tree, nodes, tok, None) for tree, nodes, tok in rows]
         else:
-            shape = drafters.get(_DRAFTED_BY.get(method, "draft"))
+            if method not in _DRAFTED_BY:
+                raise ValueError(
+                    f"the roofline model has no price for method {method!r}; known: "
+                    f"{', '.join(sorted(_DRAFTED_BY))} and medusa"
+                )
+            shape = drafters.get(_DRAFTED_BY[method])
             runs = [(k, k + 1, theory.expected_tokens(alpha, k), alpha) for k, alpha in rows]
         c = 0.0 if shape is None else call(shape, 1).time_s / one
         draft_memory = 0 if shape is None else call(shape, 1).resident_bytes

@@ -9,7 +9,7 @@ from . import bench_llm, bench_models
 from .bench_models import add_out as _add_out
 from .bench_models import checked
 
-# The drafts that read the target's features (lesson 09).
+# The drafts that read the target's features (lesson 09b).
 FEATURE_READERS = ("eagle", "fused", "recurrent")
 
 
@@ -40,9 +40,9 @@ def add_parser(sub) -> None:
         "  ngram      the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
         "  distilled  the n-gram table distilled from the target (lesson 07), k = 1 ... 8\n"
         "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06)\n"
-        "  eagle      the EAGLE-style draft over the target's features (lesson 09), k = 1 ... 8\n"
-        "  fused      the draft model with a head reading the target's feature (lesson 09)\n"
-        "  recurrent  the recurrent EAGLE-style draft over the target's feature (lesson 09)\n"
+        "  eagle      the EAGLE-style draft over the target's features (lesson 09b), k = 1 ... 8\n"
+        "  fused      the draft model with a head reading the target's feature (lesson 09b)\n"
+        "  recurrent  the recurrent EAGLE-style draft over the target's feature (lesson 09b)\n"
         "  all        all seven",
     )
     s.add_argument(
@@ -127,7 +127,7 @@ def add_parser(sub) -> None:
     b.set_defaults(run=run)
     e = what.add_parser(
         "eagle",
-        help="the EAGLE-style drafts against the draft model on this CPU (lesson 09)",
+        help="the EAGLE-style drafts against the draft model on this CPU (lesson 09b)",
         description="Decode the validation prompts with plain decoding, the 1-layer draft "
         "model and the three EAGLE-style drafts (eagle: one layer over the target's features; "
         "fused: the draft model corrected by the newest feature; recurrent: a cell started "
@@ -282,7 +282,7 @@ def _speedup(args) -> int:
 
 
 def _eagle(args) -> int:
-    """The EAGLE-style drafts against the draft model at temperature 1 and 0 (lesson 09)."""
+    """The EAGLE-style drafts against the draft model at temperature 1 and 0 (lesson 09b)."""
     from .. import bench
 
     torch.set_num_threads(1)

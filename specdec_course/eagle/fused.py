@@ -4,7 +4,7 @@ EAGLE's claim is that the target's last hidden state carries what the target has
 about the context, and that a draft which reads it follows the target more closely than a
 draft that starts from the characters. The feature-level draft (``EagleDraft``) takes that
 literally: one layer predicts the next feature from features. On the course's 4-layer
-character target it only ties the 1-layer draft model (lesson 09 measures why: one layer
+character target it only ties the 1-layer draft model (lesson 09b measures why: one layer
 recomputes from the characters nearly everything the features hold, and each drafted token
 costs more). This design keeps the draft model, which already follows the target well and
 drafts cheaply, and adds what it cannot compute: a small head that reads the target's

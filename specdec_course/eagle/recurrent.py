@@ -3,7 +3,7 @@
 On a CPU at batch 1 a drafted token costs what its operations cost to dispatch, and the
 one-layer draft model's step is already about as cheap as a transformer layer gets there
 (its attention over the context is a third of it). EAGLE's draft is such a layer, so it
-can only win by accepting more; lesson 09 measures how little more the target's feature
+can only win by accepting more; lesson 09b measures how little more the target's feature
 buys on the course's character target (a few hundredths on the first drafts).
 This draft wins the other way: it keeps EAGLE's idea, drafting from the target's newest
 feature, and drops what costs, the attention over the context. Everything it knows about
