@@ -387,11 +387,12 @@ def train(
             with torch.no_grad():
                 _, va = unrolled_loss(draft, vf, vn, vlogp, vs[:4096], depth)
             record.update(
-                step=step,
-                seconds=round(time.perf_counter() - t0),
+                steps_done=step,
+                train_seconds=round(time.perf_counter() - t0),
                 val_alpha=[round(a, 4) for a in va],
             )
-            log(f"step {step}: val alpha by depth {record['val_alpha']} ({record['seconds']}s)")
+            alpha, secs = record["val_alpha"], record["train_seconds"]
+            log(f"step {step}: val alpha by depth {alpha} ({secs}s)")
             if checkpoint is not None:
                 checkpoint(draft, record)
     return draft, record
