@@ -19,14 +19,12 @@ from specdec_course import stats
 from specdec_course.data import CharTokenizer
 from specdec_course.decoding import generate
 from specdec_course.decoding.batched import generate_batch, speculative_generate_batch
-from specdec_course.model import CharGPT, GPTConfig, load_pretrained
-from specdec_course.model.ragged import (
+from specdec_course.fast.ragged import (
     OneRowSteps,
-    RaggedCache,
     RaggedSteps,
     batch_steps,
-    ragged_forward,
 )
+from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 
 ROWS, LENGTH = 6_000, 4
 
@@ -66,22 +64,6 @@ def test_batched_plain_decoding_follows_the_target(tiny):
     res = _law(out[:, 2:], target, prompt)
     assert res.false_failure_rate < 1e-8
     assert res.passed, str(res)
-
-
-def test_ragged_forward_matches_each_row_decoded_alone(tiny):
-    target, _ = tiny
-    torch.manual_seed(0)
-    seqs = torch.randint(0, 3, (3, 10))
-    cache = RaggedCache(target, 3)
-    ragged_forward(target, seqs[:, :4], cache)
-    cache.crop(torch.tensor([4, 2, 3]))  # rows now hold different lengths
-    h = ragged_forward(target, torch.stack([seqs[0, 4:7], seqs[1, 2:5], seqs[2, 3:6]]), cache)
-    with torch.inference_mode():
-        for b, start in enumerate([4, 2, 3]):
-            ref = target.hidden_states(seqs[b : b + 1, : start + 3])[0, start:]
-            torch.testing.assert_close(h[b], ref, atol=1e-5, rtol=1e-4)
-    with pytest.raises(ValueError, match="one length per row"):
-        cache.crop(torch.tensor([9, 0, 0]))
 
 
 @pytest.mark.parametrize("verify", ["token", "block"])

@@ -74,7 +74,7 @@ def test_gpu_output_positions_follow_their_target_distributions(one_hot):
 
 @torch.inference_mode()
 def test_a_replayed_graph_gives_its_static_step_bit_for_bit(pair):
-    from specdec_course.decoding import graphs
+    from specdec_course.fast import graphs
 
     target, _ = pair
     graphed = graphs.StaticSteps(target, 4, capture=True)

@@ -80,14 +80,14 @@ def shipped_draft(target):
 def _propose_both_ways(draft, target, prompt, monkeypatch, k=5, seed=3, sampling=None):
     # One proposal (run alone: the proposer computes the prompt's features), then a commit
     # of two drafts and a token of the target's with their features passed as the loop
-    # would, then a second proposal; in NumPy and as tensor ops (host_ok refused).
+    # would, then a second proposal; in NumPy and as tensor ops (numpy_ok refused).
     n = prompt.numel()
     sampling = sampling or SamplingOptions(1.0)
     runs = []
     for host in (True, False):
         with monkeypatch.context() as m:
             if not host:
-                m.setattr(recurrent_module, "host_ok", lambda w: False)
+                m.setattr(recurrent_module, "numpy_ok", lambda w: False)
             p = RecurrentProposer(draft, target)
             g = torch.Generator().manual_seed(seed)
             p.start(prompt, n, sampling, g, 20, k)
@@ -173,7 +173,7 @@ def test_the_jth_draft_reads_f_n_minus_2_fed_x_n_minus_1_then_its_own_drafts(
     # after the sampling options.
     target, draft = tiny
     if not host:
-        monkeypatch.setattr(recurrent_module, "host_ok", lambda w: False)
+        monkeypatch.setattr(recurrent_module, "numpy_ok", lambda w: False)
     prompt = torch.tensor([1, 0, 2, 2, 0])
     n, k = prompt.numel(), 4
     p = RecurrentProposer(draft, target)
@@ -254,7 +254,7 @@ def test_a_one_token_prompt_drafts_nothing_until_the_target_has_a_feature(tiny):
 def test_greedy_with_a_random_draft_is_the_greedy_target(tiny, monkeypatch, host, k):
     target, draft = tiny
     if not host:
-        monkeypatch.setattr(recurrent_module, "host_ok", lambda w: False)
+        monkeypatch.setattr(recurrent_module, "numpy_ok", lambda w: False)
     prompt = torch.tensor([2, 0, 1])
     ref = decoding.generate(target, prompt, 12, temperature=0)
     p = RecurrentProposer(draft, target)
@@ -292,7 +292,7 @@ def test_the_loop_passes_the_prompts_features_so_the_proposer_runs_no_forward_of
 
     monkeypatch.setattr(type(target), "hidden_states", counted)
     if not host:
-        monkeypatch.setattr(recurrent_module, "host_ok", lambda w: False)
+        monkeypatch.setattr(recurrent_module, "numpy_ok", lambda w: False)
     p = RecurrentProposer(draft, target)
     got, _ = decoding.speculative_generate(target, p, prompt, 10, k=3, temperature=0)
     assert (p.host is not None) == host
@@ -565,7 +565,7 @@ def test_wide_features_are_the_earlier_blocks_outputs_normed_then_the_last_hidde
 @torch.inference_mode()
 @pytest.mark.parametrize("which", ["tiny 2 layers", "shipped 4 layers"])
 def test_the_loops_lean_step_gives_the_wide_features_of_a_full_forward(tiny2, target, which):
-    from specdec_course.model.lean import LeanStep
+    from specdec_course.fast.lean import LeanStep
 
     model = tiny2[0] if which.startswith("tiny") else target
     m = model.config.n_layer
@@ -587,7 +587,7 @@ def test_a_wide_draft_is_exact_greedy_and_drafts_from_the_wide_feature_at_n_minu
 ):
     target, draft = tiny2
     if not host:
-        monkeypatch.setattr(recurrent_module, "host_ok", lambda w: False)
+        monkeypatch.setattr(recurrent_module, "numpy_ok", lambda w: False)
     prompt = torch.tensor([2, 0, 1, 1])
     ref = decoding.generate(target, prompt, 12, temperature=0)
     p = RecurrentProposer(draft, target)

@@ -4,7 +4,7 @@ Part of ``specdec-course bench beyond`` (``bench.beyond`` holds the rest and wri
 record):
 
 - ``batch_call_costs``: at each ``B``, the target's calls over 1 to 7 new tokens per row and
-  the draft's call, the steps the batched loops take (``model.ragged.batch_steps``), each
+  the draft's call, the steps the batched loops take (``fast.batch_steps``), each
   timed warm.
 - ``measure_batch``: tokens per second of plain and speculative decoding for ``B`` rows at
   once (``decoding.batched``), at several ``k``, as a static batch and in the steady state
@@ -46,7 +46,7 @@ def batch_call_costs(
 ) -> dict:
     """At each ``B``: seconds of the calls the batched loops make, after a 64-token context.
 
-    The same steps ``decoding.batched`` takes (``model.ragged.batch_steps``), logits
+    The same steps ``decoding.batched`` takes (``fast.batch_steps``), logits
     included: size 1 is plain decoding's one-token step (every row at one position), a
     larger size the speculative loop's target call over that many tokens per row at the
     rows' own positions; ``draft_s`` the loop's one-token draft step (at ``B = 1`` the
@@ -62,8 +62,7 @@ def batch_call_costs(
 
 
 def _batch_call_costs(target, draft, batch_sizes, sizes, repeats, warm=True):
-    from ..model import FoldedStep
-    from ..model.ragged import batch_steps
+    from ..fast import FoldedStep, batch_steps, draft_step
     from ..sampling import SamplingOptions
 
     V = target.config.vocab_size
@@ -94,7 +93,7 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats, warm=True):
 
             jobs.append((bi, True, 1, call, K))
             continue
-        fold = draft.draft_step() if B == 1 else None
+        fold = draft_step(draft) if B == 1 else None
         if isinstance(fold, FoldedStep):
             fc = fold.new_cache()
             fold.feed(ids[0, :64], fc)
@@ -136,7 +135,7 @@ def _batch_call_costs(target, draft, batch_sizes, sizes, repeats, warm=True):
         "target_s": target_s,
         "draft_s": draft_s,
         "ratio": [t[-1] / t[0] for t in target_s],
-        "steps": "decoding.batched's own (model.ragged.batch_steps), logits included"
+        "steps": "decoding.batched's own (fast.batch_steps), logits included"
         + ("; the draft: a table's proposal, per drafted position" if table else ""),
         "warm": warm,
     }
@@ -237,7 +236,7 @@ def measure_batch(
     }
     from ..decoding import SpecStats
     from ..decoding.batched import generate_batch, speculative_generate_batch
-    from ..model.ragged import batch_steps
+    from ..fast import batch_steps
 
     runs = [(0, "all")] + [(k, until) for k in ks for until in ("all", "first")]
     times = {(B, k, u): [] for B in batch_sizes for k, u in runs}
@@ -252,7 +251,7 @@ def measure_batch(
                 continue
             rows = prompts[:B]
             # Both arms start by building the target's steps and prefilling the prompt, the
-            # same calls (model.ragged.batch_steps): that is not what speculation changes,
+            # same calls (fast.batch_steps): that is not what speculation changes,
             # and it weighs more in the shorter arm. Timed here in each round, it is taken
             # out of that round's runs: the rates are the decode phase's.
             with torch.inference_mode(), native_cpu_kernels():  # as the loops run

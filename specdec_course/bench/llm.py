@@ -20,6 +20,7 @@ import time
 import torch
 
 from .. import devices
+from ..fast import lean_step
 
 __all__ = ["call_costs", "dtype_costs"]
 
@@ -30,7 +31,7 @@ def _timer(model, n_new: int, context: int, clock):
     ids = torch.randint(
         model.config.vocab_size, (context + n_new,), generator=torch.Generator().manual_seed(0)
     )
-    step = model.lean_step()
+    step = lean_step(model)
     cache = step.new_cache()
     with torch.inference_mode():
         step.feed(ids[:context], cache)

@@ -48,9 +48,9 @@ import numpy as np
 import torch
 
 from .._validate import check_ids, check_int, check_real
+from ..fast import check_cuda_graphs, draft_step, steps_for
 from ..model import CharGPT, check_model
 from ..sampling import NoiseBlocks, SamplingOptions
-from .graphs import check_cuda_graphs, steps_for
 
 __all__ = [
     "Proposer",
@@ -126,17 +126,16 @@ class ModelProposer:
     target's extra position is nearly free). It depends on the draft's own distributions
     only, so sampling stays exact; it costs one transfer per draft step.
 
-    Steps are the draft's ``draft_step()``: for a one-layer draft ``model.folded.FoldedStep``
-    (one token; everything but the attention one look-up of a table, the output projection
-    folded into the cached values; logits written in place; on a CPU it runs in NumPy,
-    ``model.host.HostFolded``), else its ``lean_step``. The draft cache is that step's
-    (``ModelProposer.cache``; a ``FoldedCache`` for one layer). Sampling is Gumbel-max over
-    the processed logits, with one noise row per draft taken from ``draft_noise``'s blocks
-    (``k`` rows per proposal); ``q`` is the softmax of the same processed logits over all
-    drafted rows (with the NumPy step, in NumPy into one buffer: ``q`` is then a view of it,
-    valid until the next proposal). ``cuda_graphs=True`` replays each step
-    as a CUDA graph instead (``decoding.graphs``, without the look-up: the step is recorded
-    whole); ``device`` is the model's.
+    Steps are ``fast.draft_step(model)``: for a one-layer draft ``fast.folded.FoldedStep`` (one
+    token; everything but the attention one look-up of a table, the output projection folded into
+    the cached values; logits written in place; on a CPU it runs in NumPy,
+    ``fast.numpy_steps.NumpyFolded``), else ``fast.lean_step(model)``. The draft cache is that
+    step's (``ModelProposer.cache``; a ``FoldedCache`` for one layer). Sampling is Gumbel-max over
+    the processed logits, with one noise row per draft taken from ``draft_noise``'s blocks (``k``
+    rows per proposal); ``q`` is the softmax of the same processed logits over all drafted rows
+    (with the NumPy step, in NumPy into one buffer: ``q`` is then a view of it, valid until the next
+    proposal). ``cuda_graphs=True`` replays each step as a CUDA graph instead (``fast.graphs``,
+    without the look-up: the step is recorded whole); ``device`` is the model's.
     """
 
     def __init__(self, model: CharGPT, *, cuda_graphs: bool = False, p_min: float | None = None):
@@ -162,9 +161,9 @@ class ModelProposer:
         self.processed = sampling.changes_logits
         # The catch-up feeds one or two tokens: graphed steps for T = 1 and 2.
         self.steps = steps_for(model, "draft", 2, True) if self.cuda_graphs else None
-        # One-token steps, the model's cheapest (model.draft_step: a one-layer draft's
-        # model.folded.FoldedStep); a graph records the step whole instead.
-        self.lean = model.draft_step() if self.steps is None else None
+        # One-token steps, the model's cheapest (fast.draft_step: a one-layer draft's
+        # fast.folded.FoldedStep); a graph records the step whole instead.
+        self.lean = draft_step(model) if self.steps is None else None
         self.cache = self.lean.new_cache() if self.steps is None else self.steps.cache
         if n > 1:  # everything but the pending last token, as the target
             if self.lean is None:
@@ -179,9 +178,9 @@ class ModelProposer:
         host = self.steps is None and w.device.type == "cpu"
         host = host and w.dtype in (torch.float32, torch.float64)  # dtypes NumPy has
         self._logits_np = self.logits.numpy() if host else None
-        # The draft's NumPy step, where it has one (model.host: a one-layer CPU draft), and
-        # the buffer its q is written into (a tensor view per k, made once).
-        self._host = getattr(self.lean, "host", None) if host else None
+        # The draft's NumPy step, where it has one (fast.numpy_steps: a one-layer CPU draft),
+        # and the buffer its q is written into (a tensor view per k, made once).
+        self._host = getattr(self.lean, "np_step", None) if host else None
         if self._host is not None:
             q = torch.empty(max(k, 1), V, dtype=w.dtype)
             self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
@@ -238,7 +237,7 @@ class ModelProposer:
         return k, (None if noise is None else self.logits[:k].softmax(-1))
 
     def _propose_host(self, host, tok: int, k: int, noise):
-        # propose() with the NumPy step (model.host.HostFolded): logits rows, the drafts and
+        # propose() with the NumPy step (fast.numpy_steps.NumpyFolded): logits rows, the drafts and
         # the noise are all NumPy views; the same first-index argmax as torch's. q is the
         # softmax of the same processed logits, in NumPy into one buffer, returned as the
         # same tensor view for the same k (the loop then reuses its NumPy view of it).

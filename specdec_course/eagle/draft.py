@@ -10,9 +10,10 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from ..decoding.proposer import draft_noise, softmax_rows
+from ..fast.numpy_steps import numpy_ok
 from ..model import CharGPT, KVCache, check_model
+from ..model.checks import check_forward
 from ..model.gpt import Block
-from ..model.host import host_ok
 from ..sampling import SamplingOptions
 from .host import HostEagle
 
@@ -148,7 +149,7 @@ def target_features(target: CharGPT, idx: torch.Tensor, layers: int = 1) -> torc
         raise ValueError(f"layers must be an int in [1, {L}] (the target's blocks); got {layers!r}")
     if layers == 1:
         return target.hidden_states(idx)
-    target._check_idx(idx, None)
+    check_forward(target, idx)
     tr = target.transformer
     x = tr.drop(
         tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1], device=idx.device))
@@ -259,7 +260,7 @@ class EagleProposer(_TargetFeatures):
         self.w_t = w.t()
         self.logits = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype, device=w.device)
         # The NumPy steps (eagle.host) on a CPU: weights folded once per generation.
-        self.host = HostEagle(d) if host_ok(w) else None
+        self.host = HostEagle(d) if numpy_ok(w) else None
         if self.host is not None:
             self._np = (self.feats.numpy(), self.logits.numpy(), self.w_t.contiguous().numpy())
             self._host_q_buffers(k, w.dtype)

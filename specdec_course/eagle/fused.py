@@ -45,8 +45,9 @@ from torch.nn import functional as F
 
 from .._validate import check_int
 from ..decoding.proposer import draft_noise
+from ..fast import draft_step
+from ..fast.numpy_steps import Norm, fold_norm, numpy_ok
 from ..model import CharGPT, check_model
-from ..model.host import _fold_norm, _Norm, host_ok
 from ..sampling import SamplingOptions
 from .draft import _TargetFeatures
 
@@ -146,9 +147,9 @@ def check_fused(head, draft: CharGPT, target: CharGPT) -> FusedHead:
 
 
 class _HostHead:
-    """The head in NumPy on the draft's ``HostFolded`` step: one product gives the draft's
+    """The head in NumPy on the draft's ``NumpyFolded`` step: one product gives the draft's
     logits and the ``rank`` directions (both read the same normed hidden state, the final
-    LayerNorm's weight and bias folded in as ``model.host`` folds its norms); a proposal's
+    LayerNorm's weight and bias folded in as ``fast.numpy_steps`` folds its norms); a proposal's
     terms are one MLP pass over the feature and one scale and shift per depth."""
 
     def __init__(self, head: FusedHead, host):
@@ -156,11 +157,11 @@ class _HostHead:
             W, c = host.head  # [C, V], [V]: the draft's ln_f folded into its lm_head
             dt = W.dtype
             hw, hb = head.h_in.weight.t().numpy().astype(dt), head.h_in.bias.numpy().astype(dt)
-            Wh, ch = _fold_norm(*host.lnf, hw, hb)
+            Wh, ch = fold_norm(*host.lnf, hw, hb)
             self.V = W.shape[1]
             self.W, self.c = np.concatenate([W, Wh], 1), np.concatenate([c, ch])
             self.out_w = head.out.weight.t().contiguous().numpy().astype(dt)
-            f_in = _fold_norm(
+            f_in = fold_norm(
                 head.f_norm.weight.numpy(),
                 head.f_norm.bias.numpy(),
                 head.f_in.weight.t().numpy(),
@@ -175,7 +176,7 @@ class _HostHead:
             shift = head.shift.numpy().astype(dt)
             shift[:, self.V :] += 1.0  # s_j = 1 + its term
             self.shift = shift
-        self.f_norm = _Norm(head.sizes["target_width"], dt)
+        self.f_norm = Norm(head.sizes["target_width"], dt)
         self.norm, self.host = host.norm, host
 
     def terms(self, f, k: int):
@@ -229,7 +230,7 @@ class FusedProposer(_TargetFeatures):
 
     Sampling is Gumbel-max over the processed fused logits with ``draft_noise``'s rows, and
     ``q`` is the softmax of the same logits, so the loop stays exact. On a CPU (float32 /
-    float64) the steps run in NumPy (the draft's ``HostFolded`` and ``_HostHead``); elsewhere
+    float64) the steps run in NumPy (the draft's ``NumpyFolded`` and ``_HostHead``); elsewhere
     as tensor ops through the draft model's cached forward (tests pin the two together).
     """
 
@@ -254,12 +255,12 @@ class FusedProposer(_TargetFeatures):
         draft, head = self.draft, self.head
         w = draft.lm_head.weight
         self.sampling, self.processed = sampling, sampling.changes_logits
-        step = draft.draft_step()
+        step = draft_step(draft)
         tw = self.target.lm_head.weight
         self.host = None
-        if host_ok(w) and host_ok(tw) and step.host is not None:
+        if numpy_ok(w) and numpy_ok(tw) and step.np_step is not None:
             self.step = step
-            self.host = _HostHead(head, step.host)
+            self.host = _HostHead(head, step.np_step)
             self.cache = step.new_cache()
         else:
             self.step = None

@@ -2,15 +2,15 @@
 
 A drafted token costs the EAGLE-style draft one pass of its layer, as a drafted token costs
 the one-layer draft model one step of its ``FoldedStep``: on a CPU at batch 1 both cost
-what dispatching their operations costs (``model.host``'s docstring has the figures). So
+what dispatching their operations costs (``fast.numpy_steps``'s docstring has the figures). So
 the draft gets the same executor as the draft model: NumPy calls on NumPy views of its
 weights and of its ``KVCache``, with the same exact folds:
 
 - the input ``fc(concat(f, wte[x])) + wpe[t]`` is ``f @ W_f + E[x] + wpe[t]``, where the
   token's half of ``fc`` and its bias are one table ``E = wte @ W_x + b`` (``[V, C]``);
-- each LayerNorm's weight and bias go into the projection after it (``model.host``'s
-  ``_fold_norm``), the queries' ``1 / sqrt(head_dim)`` into the query projection, the
-  GELU's two ``1 / sqrt 2`` factors into the MLP's weights (``model.lean``);
+- each LayerNorm's weight and bias go into the projection after it (``fast.numpy_steps``'s
+  ``fold_norm``), the queries' ``1 / sqrt(head_dim)`` into the query projection, the
+  GELU's two ``1 / sqrt 2`` factors into the MLP's weights (``fast.lean``);
 - a catch-up of ``T`` committed pairs writes their keys and values in one product and runs
   the rest of the layer for the last pair only: in a one-layer draft a position's key and
   value depend on its own input alone, and only the last pair's output is read (it
@@ -19,7 +19,7 @@ weights and of its ``KVCache``, with the same exact folds:
 ``catch_up(f, ids, cache)`` and ``step(h, tok, cache)`` return the predicted feature
 ``[C]`` as a NumPy array; ``EagleDraft.step`` is the tensor version of the same arithmetic
 (tests pin the two to float32 rounding). It runs for float32 / float64 on a CPU
-(``model.host.host_ok``); elsewhere the proposer takes the tensor step.
+(``fast.numpy_steps.numpy_ok``); elsewhere the proposer takes the tensor step.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from scipy.special import erf
 
-from ..model.host import _fold_norm, _Norm
+from ..fast.numpy_steps import Norm, fold_norm
 
 __all__ = ["HostEagle"]
 
@@ -54,14 +54,14 @@ class HostEagle:
             self.w_f = fcw[:, :C].t().contiguous().numpy()  # [C, C]: the feature's half
             self.tok = (wte @ fcw[:, C:].t() + fcb).contiguous().numpy()  # [V, C]: E
             self.wpe = wpe.detach().contiguous().numpy()
-            self.qkv = _fold_norm(_np(l1w), _np(l1b), aw.t().numpy(), _np(ab), (C, hs**-0.5))
+            self.qkv = fold_norm(_np(l1w), _np(l1b), aw.t().numpy(), _np(ab), (C, hs**-0.5))
             self.pw = pw.t().contiguous().numpy()
             self.pb = _np(pb)
             r = _SQRT_HALF
-            self.mlp = _fold_norm(_np(l2w), _np(l2b), (fw * r).t().numpy(), _np(fb) * r)
+            self.mlp = fold_norm(_np(l2w), _np(l2b), (fw * r).t().numpy(), _np(fb) * r)
             self.f2w = (f2w * r).t().contiguous().numpy()
             self.f2b = _np(f2b)
-        self.norm = _Norm(C, self.w_f.dtype)
+        self.norm = Norm(C, self.w_f.dtype)
         self._cache = self._kv = None
 
     def _views(self, cache):

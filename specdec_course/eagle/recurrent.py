@@ -48,8 +48,8 @@ from torch.nn import functional as F
 
 from .._validate import check_int
 from ..decoding.proposer import draft_noise
+from ..fast.numpy_steps import numpy_ok
 from ..model import CharGPT, check_model
-from ..model.host import host_ok
 from ..sampling import SamplingOptions
 from .draft import _TargetFeatures
 
@@ -250,7 +250,7 @@ class RecurrentProposer(_TargetFeatures):
         # NumPy needs one dtype for the cell's weights and the features it reads; a draft of
         # another dtype than the target takes the tensor path, which casts the feature.
         same = w.dtype == self.feats.dtype
-        self.host = _HostCell(self.draft) if same and host_ok(w) and host_ok(self.feats) else None
+        self.host = _HostCell(self.draft) if same and numpy_ok(w) and numpy_ok(self.feats) else None
         if self.host is not None:
             self._feats_np, self._lg = self.feats.numpy(), self.logits.numpy()
             self._host_q_buffers(k, w.dtype)

@@ -23,10 +23,10 @@ difference); a graph replays its own step exactly (tests on a GPU pin that bit f
 max_tokens`` new tokens; ``steps(ids)`` runs the step for ``ids [1, T]`` and returns logits
 ``[T, V]``. ``capture=True`` (CUDA only) records each step as a graph; ``capture=False``
 runs the same static step eagerly, on any device (tests use it on the CPU).
-``steps_for(model, role, max_tokens, cuda_graphs)`` is what the loops call: the eager
-``EagerSteps`` (``model.lean.LeanStep``) when graphs are off, else a ``StaticSteps`` kept on
-the model per role
-(target or draft: a model used as both gets two caches), so that captures are paid once.
+``steps_for(model, role, max_tokens, cuda_graphs, numpy)`` is what the loops call: the eager
+``EagerSteps`` (``fast.lean.LeanStep``, or its NumPy twin) when graphs are off, else a
+``StaticSteps`` per role kept beside the model (``fast.derived``: target or draft, a model
+used as both gets two caches), so that captures are paid once per version of the weights.
 """
 
 from __future__ import annotations
@@ -36,16 +36,18 @@ from torch.nn import functional as F
 
 from ..devices import model_device
 from ..model import CharGPT, KVCache
+from .derived import built, model_params
+from .lean import lean_step
 
 __all__ = ["EagerSteps", "StaticSteps", "steps_for", "check_cuda_graphs"]
 
 
 class EagerSteps:
-    """The plain cached step: the model's ``lean_step`` (``model.lean``) on a fresh cache,
-    logits written into a buffer of ``max_tokens`` rows."""
+    """The plain cached step: ``lean_step(model, numpy=numpy)`` (``fast.lean``) on a fresh
+    cache, logits written into a buffer of ``max_tokens`` rows."""
 
-    def __init__(self, model: CharGPT, max_tokens: int = 1):
-        self.lean = model.lean_step()
+    def __init__(self, model: CharGPT, max_tokens: int = 1, *, numpy: bool = False):
+        self.lean = lean_step(model, numpy=numpy)
         self.cache = model.new_cache(1)
         w = model.lm_head.weight
         self.out = torch.empty(max_tokens, model.config.vocab_size, dtype=w.dtype, device=w.device)
@@ -61,12 +63,13 @@ class EagerSteps:
         return out
 
 
-def _static_step(model: CharGPT, idx: torch.Tensor, start: torch.Tensor, cache: KVCache):
+def _static_step(params, config, idx: torch.Tensor, start: torch.Tensor, cache: KVCache):
     """The cached forward over ``idx [1, T]`` at positions ``start + 0 .. T-1`` (``start`` a
-    0-d int64 device tensor): logits ``[T, V]``. Fixed shapes only, so it can be captured."""
-    layers, wte, wpe, lnf_w, lnf_b, arange, _ = model.fast_params()
+    0-d int64 device tensor), with ``params`` from ``model_params``: logits ``[T, V]``.
+    Fixed shapes only, so it can be captured."""
+    layers, wte, wpe, lnf_w, lnf_b, arange, _ = params
     B, T = idx.shape
-    C, nh = model.config.n_embd, model.config.n_head
+    C, nh = config.n_embd, config.n_head
     pos = start + arange[:T]  # [T]
     mask = arange[None, :] <= pos[:, None]  # [T, block]: a query sees keys up to itself
     x = F.embedding(idx, wte) + F.embedding(pos, wpe)
@@ -97,7 +100,9 @@ class StaticSteps:
         dev = model_device(model)
         if capture:
             check_cuda_graphs(dev)
-        self.model, self.capture, self.device = model, capture, dev
+        # The parameters, not the model: kept beside the model, a step must not keep it alive.
+        self.params, self.config = model_params(model), model.config
+        self.capture, self.device = capture, dev
         self.cache = model.new_cache(1)
         self.start = torch.zeros((), dtype=torch.long, device=dev)
         self.inputs: dict[int, torch.Tensor] = {}
@@ -118,17 +123,17 @@ class StaticSteps:
         # As torch.cuda.graphs documents: warm up on a side stream (cuBLAS and the
         # allocator set themselves up outside the capture), then record one call. The
         # warm-up writes the cache at positions 0 .. T-1, which any use overwrites.
-        model, idx, cache = self.model, self.inputs[T], self.cache
+        args, idx, cache = (self.params, self.config), self.inputs[T], self.cache
         self.start.zero_()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                _static_step(model, idx, self.start, cache)
+                _static_step(*args, idx, self.start, cache)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            self.outputs[T] = _static_step(model, idx, self.start, cache)
+            self.outputs[T] = _static_step(*args, idx, self.start, cache)
         self.graphs[T] = graph
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
@@ -136,7 +141,7 @@ class StaticSteps:
         cache = self.cache
         self.start.fill_(cache.length)  # a kernel with the length as argument: no sync
         if not self.capture:
-            out = _static_step(self.model, ids, self.start, cache)
+            out = _static_step(self.params, self.config, ids, self.start, cache)
         else:
             self.inputs[T].copy_(ids)
             self.graphs[T].replay()
@@ -154,25 +159,24 @@ def check_cuda_graphs(dev: torch.device) -> None:
         )
 
 
-def steps_for(model: CharGPT, role: str, max_tokens: int, cuda_graphs: bool):
+def steps_for(model: CharGPT, role: str, max_tokens: int, cuda_graphs: bool, numpy=False):
     """The cached steps a decoding loop calls for ``model`` in ``role`` ("target", "draft").
 
-    Graphs off: a fresh ``EagerSteps`` for up to ``max_tokens`` new tokens. Graphs on: the
-    model's ``StaticSteps`` for that
-    role, captured on first use (up to ``max_tokens`` new tokens per step) and kept on the
-    model until its weights move (``model.to``) or are reloaded; its cache is emptied here.
+    Graphs off: a fresh ``EagerSteps`` for up to ``max_tokens`` new tokens (``numpy=True``:
+    its NumPy step). Graphs on: the model's ``StaticSteps`` for that role, captured on first
+    use (up to ``max_tokens`` new tokens per step) and kept beside the model for as long as
+    its weights are unchanged (``fast.derived``); its cache is emptied here.
     """
     if not cuda_graphs:
-        return EagerSteps(model, max_tokens)
-    check_cuda_graphs(model_device(model))
-    if model._graphs is None:
-        model._graphs = {}
-    steps = model._graphs.get(role)
-    if steps is None:
-        # Capture where graphs exist; elsewhere (only a test gets past the check above) the
-        # same static steps run eagerly, which is how the CPU tests cover this path.
-        capture = model_device(model).type == "cuda"
-        steps = model._graphs[role] = StaticSteps(model, max_tokens, capture=capture)
+        return EagerSteps(model, max_tokens, numpy=numpy)
+    if numpy:
+        raise ValueError("executor='numpy' runs eager NumPy steps; drop cuda_graphs")
+    dev = model_device(model)
+    check_cuda_graphs(dev)
+    # Capture where graphs exist; elsewhere (only a test gets past the check above) the same
+    # static steps run eagerly, which is how the CPU tests cover this path.
+    capture = dev.type == "cuda"
+    steps = built(model, f"graphs:{role}", lambda m: StaticSteps(m, max_tokens, capture=capture))
     steps.ensure(max_tokens)
     steps.cache.reset()
     return steps

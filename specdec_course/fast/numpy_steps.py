@@ -8,14 +8,14 @@ less time, although it needs more calls (NumPy has no fused LayerNorm, ``addmm``
 attention).
 
 Who gets it. The one-layer draft's ``FoldedStep`` runs in NumPy on a CPU by default
-(``HostFolded``: 0.5-0.8 of the tensor step's time in paired probes on the course's CPU, as
+(``NumpyFolded``: 0.5-0.8 of the tensor step's time in paired probes on the course's CPU, as
 the machine's state varies; in the loop the target's next call, run with colder caches after
 the NumPy calls, gives part of that back: ``tools/probe_draft_step.py`` measures both): a
 draft may run on anything, as the n-gram drafts are tables. The target's steps stay tensor
 ops by default, and they are the same in both arms of every comparison (plain decoding, the
 speculative loop's call, Medusa's tree passes, which ``LeanStep.hidden`` runs as tensor
-ops). ``LeanStep.use_numpy()`` moves the target's chain steps (``LeanStep.step``) to NumPy
-(``HostStep``), for plain and speculative decoding alike; ``bench speedup --target-executor
+ops). ``lean_step(model, numpy=True)`` runs the target's chain steps (``LeanStep.step``) in
+NumPy (``NumpyStep``), for plain and speculative decoding alike; ``bench speedup --target-executor
 numpy`` measures the speedups that way and stores them beside the default record. A leaner
 target step makes plain decoding faster and speculation's ratio smaller: the (k + 1)-token
 call then has less per-call cost to share out over its tokens (README's figures give both
@@ -36,7 +36,7 @@ The cache is the ``KVCache`` (or ``FoldedCache``) the tensor step uses, read and
 through NumPy views: a prefill by the tensor forward, a rollback, ``caches_consistent`` and
 the tree passes of ``LeanStep.hidden`` all see the same keys and values. The logits agree
 with the tensor step's to float32 rounding (tests bound the difference). It runs for the
-float dtypes NumPy has (float32, float64) on a CPU (``host_ok``); otherwise the tensor
+float dtypes NumPy has (float32, float64) on a CPU (``numpy_ok``); otherwise the tensor
 step runs. ``erf`` comes from ``scipy.special``.
 """
 
@@ -46,15 +46,15 @@ import numpy as np
 import torch
 from scipy.special import erf
 
-__all__ = ["HostStep", "HostFolded", "host_ok"]
+__all__ = ["NumpyStep", "NumpyFolded", "numpy_ok", "fold_norm", "Norm"]
 
-_HOST_DTYPES = (torch.float32, torch.float64)
+_NUMPY_DTYPES = (torch.float32, torch.float64)
 _EPS = 1e-5  # nn.LayerNorm's
 
 
-def host_ok(t: torch.Tensor) -> bool:
+def numpy_ok(t: torch.Tensor) -> bool:
     """True when ``t``'s steps can run in NumPy: a CPU tensor of a dtype NumPy has."""
-    return t.device.type == "cpu" and t.dtype in _HOST_DTYPES
+    return t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES
 
 
 def _np(t):
@@ -62,7 +62,7 @@ def _np(t):
     return t.detach().numpy()
 
 
-def _fold_norm(w, b, W, c, scale=None):
+def fold_norm(w, b, W, c, scale=None):
     # LN(x) @ W + c with LN's weight and bias folded in: (w * W, b @ W + c). ``scale``
     # multiplies the first ``scale[0]`` columns by ``scale[1]`` (the queries' softmax scale).
     W2 = (w[:, None] * W).astype(W.dtype)
@@ -74,7 +74,7 @@ def _fold_norm(w, b, W, c, scale=None):
     return W2, c2
 
 
-class _Norm:
+class Norm:
     """LayerNorm's ``x - mean`` and ``1 / std`` by dot products (no weight: folded away)."""
 
     def __init__(self, C: int, dtype):
@@ -93,7 +93,7 @@ class _Norm:
         return d, (1.0 / np.sqrt(var + _EPS))[:, None]
 
 
-class HostStep:
+class NumpyStep:
     """``LeanStep.step`` in NumPy for a CPU model of a NumPy dtype (the module docstring).
 
     ``step(tok, cache, out)``: ``tok`` int64 ``[T]`` (tensor or array) at positions
@@ -113,12 +113,12 @@ class HostStep:
             aw, pw, fw, f2w = (_np(t) for t in (aw, pw, fw, f2w))
             qkv = None
             if i:  # layer 0's norm and projection are rows of the table
-                qkv = _fold_norm(_np(l1w), _np(l1b), aw, _np(ab), (C, self.scale))
-            mlp = _fold_norm(_np(l2w), _np(l2b), fw, _np(fb))
+                qkv = fold_norm(_np(l1w), _np(l1b), aw, _np(ab), (C, self.scale))
+            mlp = fold_norm(_np(l2w), _np(l2b), fw, _np(fb))
             self.layers.append((qkv, pw, _np(pb), mlp, f2w, _np(f2b)))
         w_t = lean.w_t.numpy()
-        self.head = _fold_norm(_np(lean.lnf_w), _np(lean.lnf_b), w_t, 0 * w_t[0])
-        self.norm = _Norm(C, w_t.dtype)
+        self.head = fold_norm(_np(lean.lnf_w), _np(lean.lnf_b), w_t, 0 * w_t[0])
+        self.norm = Norm(C, w_t.dtype)
         self._cache = self._kv = None
 
     def _views(self, cache):
@@ -185,7 +185,7 @@ class HostStep:
             u = np.dot(d, fw)
             u *= r
             u += fb
-            g = erf(u)  # the GELU, its 1 / sqrt 2 factors in fw, fb and f2w (model.lean)
+            g = erf(u)  # the GELU, its 1 / sqrt 2 factors in fw, fb and f2w (fast.lean)
             g *= u
             g += u
             x += g @ f2w
@@ -235,8 +235,8 @@ class HostStep:
         return x
 
 
-class HostFolded:
-    """``FoldedStep.step`` in NumPy: a one-layer draft's step (``model.folded``).
+class NumpyFolded:
+    """``FoldedStep.step`` in NumPy: a one-layer draft's step (``fast.folded``).
 
     ``step(t, cache, out)``: ``t`` the token (an int) at position ``cache.length``,
     ``cache`` a ``FoldedCache``, ``out`` a ``[V]`` array (or a ``[1, V]`` tensor) for the
@@ -261,13 +261,13 @@ class HostFolded:
         self.bounded = bool(qn * kn < 60.0)
         l2w, l2b, fw, fb, f2w, f2b = folded.mlp
         fw = _np(fw)
-        self.mlp = _fold_norm(_np(l2w), _np(l2b), fw, _np(fb))
+        self.mlp = fold_norm(_np(l2w), _np(l2b), fw, _np(fb))
         self.f2w = _np(f2w)
         self.f2b = _np(f2b)
         w_t = folded.w_t.numpy()
         self.lnf = (_np(folded.lnf_w), _np(folded.lnf_b))  # for heads on the hidden state
-        self.head = _fold_norm(*self.lnf, w_t, 0 * w_t[0])
-        self.norm = _Norm(C, dt)
+        self.head = fold_norm(*self.lnf, w_t, 0 * w_t[0])
+        self.norm = Norm(C, dt)
         S = folded.config.block_size
         self.qb = np.zeros((C, nh), dt)  # the query, block-diagonal: head h in column h
         b = self.qb.itemsize
@@ -326,7 +326,7 @@ class HostFolded:
         u = np.dot(d, fw)
         u *= r
         u += fb
-        g = erf(u)  # the GELU (model.lean: its 1 / sqrt 2 factors in the weights)
+        g = erf(u)  # the GELU (fast.lean: its 1 / sqrt 2 factors in the weights)
         g *= u
         g += u
         x += g @ self.f2w

@@ -1,4 +1,4 @@
-"""The NumPy steps (model.host): the tensor steps' logits and caches, on the same memory."""
+"""The NumPy steps (fast.numpy_steps): the tensor steps' logits and caches, on the same memory."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,9 @@ import torch
 
 from specdec_course import decoding
 from specdec_course.decoding.proposer import ModelProposer
+from specdec_course.fast import draft_step, lean_step
+from specdec_course.fast.numpy_steps import NumpyFolded, NumpyStep
 from specdec_course.model import CharGPT, GPTConfig
-from specdec_course.model.host import HostFolded, HostStep
 from specdec_course.sampling import SamplingOptions
 
 ATOL = 2e-5  # float32; the folds sum in another order than decode_hidden
@@ -39,67 +40,61 @@ def _reference(model, ids, cache):
 def test_numpy_target_step_matches_decode_hidden_for_every_size_and_after_rollback(dtype):
     model = _model(DEEP, dtype=dtype)
     x = _ids(DEEP, 30)
-    lean = model.lean_step()
-    lean.use_numpy()
-    assert isinstance(lean.host, HostStep)
-    try:
-        cache, ref = model.new_cache(1), model.new_cache(1)
-        model(x[None, :8], cache)  # a tensor prefill, then NumPy steps on the same cache
-        model(x[None, :8], ref)
-        out = torch.empty(9, DEEP.vocab_size, dtype=dtype)
-        for T, crop in ((1, None), (4, None), (9, None), (2, 15), (1, None), (5, 12), (1, None)):
-            if crop is not None:
-                cache.crop(crop)
-                ref.crop(crop)
-            at = cache.length
-            tok = x[at : at + T] if T % 2 else x[at : at + T].numpy()  # a tensor or an array
-            lean.step(tok, cache, out[:T] if at % 2 else out[:T].numpy())
-            want = _reference(model, x[at : at + T], ref)
-            assert cache.length == ref.length == at + T
-            torch.testing.assert_close(out[:T], want, atol=ATOL, rtol=0)
-        assert decoding.caches_consistent(model, cache, x)
-    finally:
-        lean.use_numpy(False)
-    assert lean.host is None
+    lean = lean_step(model, numpy=True)
+    assert isinstance(lean.np_step, NumpyStep) and lean_step(model).np_step is None
+    cache, ref = model.new_cache(1), model.new_cache(1)
+    model(x[None, :8], cache)  # a tensor prefill, then NumPy steps on the same cache
+    model(x[None, :8], ref)
+    out = torch.empty(9, DEEP.vocab_size, dtype=dtype)
+    for T, crop in ((1, None), (4, None), (9, None), (2, 15), (1, None), (5, 12), (1, None)):
+        if crop is not None:
+            cache.crop(crop)
+            ref.crop(crop)
+        at = cache.length
+        tok = x[at : at + T] if T % 2 else x[at : at + T].numpy()  # a tensor or an array
+        lean.step(tok, cache, out[:T] if at % 2 else out[:T].numpy())
+        want = _reference(model, x[at : at + T], ref)
+        assert cache.length == ref.length == at + T
+        torch.testing.assert_close(out[:T], want, atol=ATOL, rtol=0)
+    assert decoding.caches_consistent(model, cache, x)
 
 
 @torch.inference_mode()
 def test_plain_and_speculative_decoding_run_on_the_numpy_target_step():
-    # The loops take LeanStep.step: with use_numpy() the target's steps are NumPy ones, and
-    # greedy decoding still gives the target's own argmax continuation.
+    # The loops take LeanStep.step: with executor="numpy" the target's steps are NumPy ones,
+    # and greedy decoding still gives the target's own argmax continuation.
     target, draft = _model(DEEP), _model(GPTConfig(**{**DEEP.__dict__, "n_layer": 1}))
     prompt = _ids(DEEP, 6, seed=3)
     want = decoding.generate(target, prompt, 20, temperature=0)
-    target.lean_step().use_numpy()
-    try:
-        assert torch.equal(decoding.generate(target, prompt, 20, temperature=0), want)
-        for k in (1, 3):
-            got, _ = decoding.speculative_generate(target, draft, prompt, 20, k=k, temperature=0)
-            assert torch.equal(got, want)
-    finally:
-        target.lean_step().use_numpy(False)
+    numpy = {"temperature": 0, "executor": "numpy"}
+    assert torch.equal(decoding.generate(target, prompt, 20, **numpy), want)
+    for k in (1, 3):
+        got, _ = decoding.speculative_generate(target, draft, prompt, 20, k=k, **numpy)
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="executor must be 'torch' or 'numpy'"):
+        decoding.generate(target, prompt, 20, executor="host")
 
 
-def test_use_numpy_needs_a_dtype_numpy_has():
+def test_the_numpy_step_needs_a_dtype_numpy_has():
     model = _model(DEEP, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"CPU model of dtype float32 or float64.*bfloat16"):
-        model.lean_step().use_numpy()
+        lean_step(model, numpy=True)
 
 
 @pytest.mark.parametrize("std", [0.3, 3.0])  # 3.0: scores past the bound, the max kept
 @torch.inference_mode()
 def test_numpy_folded_step_matches_decode_hidden_and_the_tensor_step(std):
     model = _model(ONE, std=std)
-    folded = model.draft_step()
-    assert isinstance(folded.host, HostFolded)
-    assert folded.host.bounded == (std == 0.3)
+    folded = draft_step(model)
+    assert isinstance(folded.np_step, NumpyFolded)
+    assert folded.np_step.bounded == (std == 0.3)
     x = _ids(ONE, 30, seed=1)
     cache, ref, tensor = folded.new_cache(), model.new_cache(1), folded.new_cache()
     folded.feed(x[:6], cache)
     folded.feed(x[:6], tensor)
     model(x[None, :6], ref)
     out, out_t = np.empty(ONE.vocab_size, np.float32), torch.empty(1, ONE.vocab_size)
-    host = folded.host
+    host = folded.np_step
     rolled = False
     while cache.length < 20:
         at = cache.length
@@ -112,9 +107,9 @@ def test_numpy_folded_step_matches_decode_hidden_and_the_tensor_step(std):
             model(x[None, 9:10], ref)
             at = 10
         host.step(int(x[at]), cache, out)
-        folded.host = None  # the tensor step, for dtypes NumPy lacks
+        folded.np_step = None  # the tensor step, for dtypes NumPy lacks
         folded.step(x[at : at + 1], tensor, out_t)
-        folded.host = host
+        folded.np_step = host
         want = _reference(model, x[at : at + 1], ref)[0]
         tol = ATOL * (1 if std < 1 else 50)  # large weights, large logits
         torch.testing.assert_close(torch.from_numpy(out), want, atol=tol, rtol=0)

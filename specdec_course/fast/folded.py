@@ -23,13 +23,13 @@ than the two ``bmm``). A deeper model cannot fold this way: its later layers' va
 depend on the whole context, so the plain baseline is not owed this saving.
 
 On a CPU, for the float dtypes NumPy has, the step runs in NumPy on the same memory
-(``model.host.HostFolded``: NumPy views of the tables and the cache), 0.5-0.8 of the tensor
+(``fast.numpy_steps.NumpyFolded``: NumPy views of the tables and the cache), 0.5-0.8 of the tensor
 step's time in paired probes (it varies with the machine's state): a NumPy call on a few
 hundred floats costs one to two microseconds, a tensor op four or more, and the step is some
 twenty-five calls. Two more exact folds keep that count down: each LayerNorm's weight and
 bias go into the projection after it, and the attention's scores skip softmax's max
 subtraction when the tables bound them. The tensor step stays for dtypes NumPy lacks. (The
-target's steps can run in NumPy too, in both arms of a comparison: ``model.host`` says how,
+target's steps can run in NumPy too, in both arms of a comparison: ``fast.numpy_steps`` says how,
 and what it does to the speedups.)
 
 The cache is a ``FoldedCache``: per position its key (``n_embd`` numbers, head by head, in
@@ -45,11 +45,12 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from .cache import KVCache
-from .host import HostFolded, host_ok
-from .lean import mlp_residual
+from ..model import CharGPT, KVCache
+from .derived import built
+from .lean import lean_step, mlp_residual
+from .numpy_steps import NumpyFolded, numpy_ok
 
-__all__ = ["FoldedCache", "FoldedStep"]
+__all__ = ["FoldedCache", "FoldedStep", "draft_step"]
 
 
 class FoldedCache(KVCache):
@@ -84,8 +85,8 @@ class FoldedStep:
     int, or an int64 tensor of one element) at position ``cache.length``; extends the cache
     by one and writes the logits ``[1, V]`` into ``out``. ``feed(tok, cache)`` extends the
     cache by ``tok`` (int64 ``[T]``, any ``T``) without logits: a look-up and a write.
-    Built from the model's current weights (``CharGPT.draft_step`` rebuilds it after they
-    change). Unchecked, like ``LeanStep``: callers pass tokens their checked paths accepted.
+    Built from the model's current weights (``draft_step(model)`` keeps one per version).
+    Unchecked, like ``LeanStep``: callers pass tokens their checked paths accepted.
     """
 
     def __init__(self, model):
@@ -93,9 +94,9 @@ class FoldedStep:
         if cfg.n_layer != 1:
             raise ValueError(
                 f"FoldedStep folds a one-layer model; this one has {cfg.n_layer} layers "
-                "(use model.lean_step())"
+                "(use fast.lean_step(model))"
             )
-        lean = model.lean_step()
+        lean = lean_step(model)
         C, nh, hs, V = lean.C, lean.nh, lean.hs, lean.V
         self.C, self.nh, self.hs, self.V, self.W = C, nh, hs, V, (1 + nh) * C
         self.config, self.pos_v, self.dtype, self.device = cfg, lean.pos_v, lean.dtype, lean.device
@@ -108,7 +109,7 @@ class FoldedStep:
         self.mlp = (l2w, l2b, fw, fb, f2w, f2b)
         self.lnf_w, self.lnf_b, self.w_t = lean.lnf_w, lean.lnf_b, lean.w_t
         self.ones = torch.ones(1, nh, dtype=t.dtype, device=t.device)  # sums the heads
-        self.host = HostFolded(self) if host_ok(t) else None  # the NumPy step (model.host)
+        self.np_step = NumpyFolded(self) if numpy_ok(t) else None  # fast.numpy_steps
 
     def new_cache(self) -> FoldedCache:
         """An empty cache for this step's model."""
@@ -119,8 +120,8 @@ class FoldedStep:
         start = cache.length
         end = start + tok.shape[0]
         C = self.C
-        if end == start + 1 and self.host is not None:  # one token (a draft's catch-up)
-            self.host.feed(int(tok), cache)
+        if end == start + 1 and self.np_step is not None:  # one token (a draft's catch-up)
+            self.np_step.feed(int(tok), cache)
             return
         if end == start + 1:  # one token: a row, not an index tensor
             row = self.kv[start * self.V + int(tok)]
@@ -134,8 +135,8 @@ class FoldedStep:
 
     def step(self, tok, cache: FoldedCache, out: torch.Tensor) -> None:
         """Extend ``cache`` by the one token ``tok``; write its logits ``[1, V]`` to ``out``."""
-        if self.host is not None:
-            self.host.step(int(tok), cache, out)
+        if self.np_step is not None:
+            self.np_step.step(int(tok), cache, out)
             return
         C, nh, hs = self.C, self.nh, self.hs
         pos = cache.length
@@ -152,3 +153,16 @@ class FoldedStep:
         x = mlp_residual(x, C, *self.mlp)
         torch.mm(F.layer_norm(x, (C,), self.lnf_w, self.lnf_b), self.w_t, out=out)
         cache.length = end
+
+
+def draft_step(model):
+    """The cheapest batch-1 one-token step of ``model`` as a draft: a one-layer ``CharGPT``'s
+    ``FoldedStep`` on a CPU (its cache from its ``new_cache()``), else ``lean_step(model)``;
+    built once per version of the weights. Off a CPU the lean step is kept: the folded step
+    reads each token back to the host to index its table, a sync per step on a GPU (where
+    drafts run as CUDA graphs anyway). Another course decoder gives its ``draft_step()``."""
+    if not isinstance(model, CharGPT):
+        return model.draft_step()
+    if model.config.n_layer != 1 or model.lm_head.weight.device.type != "cpu":
+        return lean_step(model)
+    return built(model, "folded", FoldedStep)

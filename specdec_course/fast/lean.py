@@ -1,12 +1,12 @@
 """``LeanStep``: a model's cached step for batch 1, in as few tensor ops as it allows.
 
 On a CPU at batch 1 a step costs what dispatching its ops costs, not their arithmetic.
-``CharGPT.decode_hidden`` is general (masks, positions, ragged batches, any batch size);
+``CharGPT.decode_hidden`` is general (masks, positions, any batch size);
 this step takes one row of ``T`` new tokens after the cache and nothing else, and so can
 drop most of the generality's ops:
 
 - the first layer's input, LayerNorm and query/key/value projection are rows of
-  ``CharGPT.input_table`` (ordered by position, then token: for one token ``table[pos]``
+  ``fast.derived.input_table`` (ordered by position, then token: for one token ``table[pos]``
   is a view and the row one ``index_select`` by the token tensor, no index arithmetic);
 - one new token attends to everything cached (no mask); several use the causal bias;
 - every projection is one ``addmm`` (bias, input, weight transposed once, contiguous),
@@ -19,10 +19,11 @@ drop most of the generality's ops:
 - the logits are written into the caller's buffer.
 
 Plain decoding (``decoding.generate``) and the speculative loop's target call use it, so
-the baseline gets every saving a tensor step can have (``use_numpy`` moves the chain steps
-to NumPy, ``model.host``, in both arms alike); a one-layer draft takes
-``model.folded.FoldedStep``, which folds more into its table because nothing but one
-attention sits between the table and the logits (a saving no deeper model can make). The
+the baseline gets every saving a tensor step can have (``lean_step(model, numpy=True)``
+runs the chain steps in NumPy, ``fast.numpy_steps``, and the loops' ``executor="numpy"``
+takes it in both arms alike); a one-layer draft takes ``fast.folded.FoldedStep``, which
+folds more into its table because nothing but one attention sits between the table and
+the logits (a saving no deeper model can make). The
 arithmetic is ``decode_hidden``'s, rearranged (the same operations in another order, the
 GELU's constants in the weights), so the logits agree to rounding (tests bound the
 difference). For a one-layer model the keys and values of a
@@ -37,10 +38,11 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from .cache import KVCache
-from .host import HostStep, host_ok
+from ..model import CharGPT, KVCache
+from .derived import built, input_table, model_params
+from .numpy_steps import NumpyStep, numpy_ok
 
-__all__ = ["LeanStep"]
+__all__ = ["LeanStep", "lean_step", "mlp_residual"]
 
 _SQRT_HALF = 0.5**0.5
 
@@ -53,16 +55,17 @@ class LeanStep:
     ``T`` and writes the logits ``[T, V]`` into ``out`` (skipped when ``out`` is None).
     ``feed(tok, cache)`` extends the cache by ``tok`` without the logits (for a one-layer
     model: the keys and values only, for any ``T``); ``new_cache()`` an empty batch-1
-    ``KVCache``. Built from the model's current
-    weights (``CharGPT.lean_step`` rebuilds it after they change).
+    ``KVCache``. Built from the model's current weights (``lean_step(model)`` keeps one per
+    version of them). ``numpy=True`` runs ``step`` in NumPy (``fast.numpy_steps.NumpyStep``:
+    a CPU model of dtype float32 or float64, else ValueError); ``hidden`` stays tensor ops.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, *, numpy: bool = False):
         cfg = model.config
-        layers, wte, _, lnf_w, lnf_b, arange, causal = model.fast_params()
+        layers, wte, _, lnf_w, lnf_b, arange, causal = model_params(model)
         self.C, self.nh, self.hs = cfg.n_embd, cfg.n_head, cfg.n_embd // cfg.n_head
         self.V = cfg.vocab_size
-        self.flat = model.input_table()  # [S * V, 4C], row pos * V + token
+        self.flat = input_table(model)  # [S * V, 4C], row pos * V + token
         self.table = self.flat.view(cfg.block_size, cfg.vocab_size, 4 * cfg.n_embd)
         self.pos_v = arange * cfg.vocab_size  # row offsets of each position
         self.causal = causal
@@ -77,23 +80,14 @@ class LeanStep:
         self.one_layer = cfg.n_layer == 1
         self.config, self.dtype, self.device = cfg, wte.dtype, wte.device
         self._cache = self._kv = None
-        self.host = None  # the NumPy step (model.host), when use_numpy() turned it on
-
-    def use_numpy(self, on: bool = True) -> None:
-        """Run ``step`` in NumPy (``model.host.HostStep``) from now on, or, with ``on=False``,
-        as tensor ops again. Off by default: the decoding loops' target steps are the tensor
-        steps, in plain and speculative decoding alike; ``bench speedup --target-executor
-        numpy`` turns it on for both to measure what a leaner target step does to the ratio.
-        Raises ValueError for a model off the CPU or of a dtype NumPy lacks."""
-        if not on:
-            self.host = None
-        elif self.host is None:
-            if not host_ok(self.w_t):
+        self.np_step = None  # the NumPy step (fast.numpy_steps), with numpy=True
+        if numpy:
+            if not numpy_ok(self.w_t):
                 raise ValueError(
                     "the NumPy step needs a CPU model of dtype float32 or float64; this one "
                     f"is {self.w_t.dtype} on {self.w_t.device}"
                 )
-            self.host = HostStep(self)
+            self.np_step = NumpyStep(self)
 
     def new_cache(self) -> KVCache:
         """An empty batch-1 cache for this step's model."""
@@ -133,8 +127,8 @@ class LeanStep:
 
     def step(self, tok: torch.Tensor, cache: KVCache, out: torch.Tensor | None) -> None:
         """Extend ``cache`` by ``tok`` (int64 ``[T]``); write the logits ``[T, V]`` to ``out``."""
-        if self.host is not None:
-            self.host.step(tok, cache, out)
+        if self.np_step is not None:
+            self.np_step.step(tok, cache, out)
             return
         h = self.hidden(tok, cache, None, None, need=out is not None)
         if out is not None:
@@ -190,7 +184,7 @@ class LeanStep:
 def mlp_residual(x, C: int, l2w, l2b, fw, fb, f2w, f2b) -> torch.Tensor:
     """``x`` plus the MLP of ``LayerNorm(x)``, with ``LeanStep.layers``' weights: the GELU's
     two factors ``1 / sqrt 2`` are already in ``fw``, ``fb`` and ``f2w`` (the module
-    docstring), so it is ``erf`` and one ``addcmul``. ``model.folded`` takes it too."""
+    docstring), so it is ``erf`` and one ``addcmul``. ``fast.folded`` takes it too."""
     u = torch.addmm(fb, F.layer_norm(x, (C,), l2w, l2b), fw)  # GELU input / sqrt 2
     return x + torch.addmm(f2b, torch.addcmul(u, u, torch.erf(u)), f2w)
 
@@ -200,3 +194,17 @@ def _heads(qkv: torch.Tensor, T: int, nh: int, hs: int) -> torch.Tensor:
     if T == 1:
         return qkv.view(3, 1, nh, 1, hs)
     return qkv.view(T, 3, nh, hs).permute(1, 2, 0, 3).unsqueeze(1)
+
+
+def lean_step(model, *, numpy: bool = False):
+    """``model``'s ``LeanStep`` (the batch-1 cached step every decoding loop takes), built once
+    per version of its weights (``fast.derived``); ``numpy=True`` its NumPy twin. Another
+    course decoder (``course_decoder = True``, e.g. ``llm.model.Llama``) gives its own
+    ``model.lean_step()``; it has no NumPy step (ValueError)."""
+    if not isinstance(model, CharGPT):
+        if numpy:
+            raise ValueError(f"executor='numpy' needs a CharGPT; got {type(model).__name__}")
+        return model.lean_step()
+    if numpy:
+        return built(model, "lean_numpy", lambda m: LeanStep(m, numpy=True))
+    return built(model, "lean", LeanStep)

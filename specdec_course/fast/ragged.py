@@ -1,21 +1,14 @@
-"""A batch whose rows hold different lengths: one KV cache, a length per row, a mask.
+"""Lean steps for a batch whose rows hold different lengths: one cache, positions per row.
 
 Batched speculative decoding accepts a different number of drafts in every row, so after one
-iteration row 0 may hold 40 committed tokens and row 1 only 37. ``KVCache`` has one length for
-the whole batch; ``RaggedCache`` keeps a length per row over the same preallocated buffers.
-Row ``b``'s new tokens take positions ``lengths[b], lengths[b] + 1, ...``: their keys and
-values are written at those slots of the row (``CharGPT.decode_hidden(..., slots=...)``),
-their position embeddings are those positions, and a mask lets each new token see exactly
-the slots ``0 .. its own position`` of its row. Slots past a row's length hold whatever a
-rejected draft left there; the mask hides them and the next call overwrites them (as in
-gpt-fast, where rollback costs nothing). Invariant: after ``crop(lengths)`` row ``b`` holds
-exactly its first ``lengths[b]`` positions.
-
-``RaggedSteps`` is the decoding loops' fast path over the same idea: lean steps (the
-arithmetic of ``model.lean.LeanStep``) for ``B`` rows at positions the caller keeps, one
-``index_copy_`` per layer for the keys and one for the values, and the mask taken as rows
-of the causal bias. ``OneRowSteps`` gives one row the batch-1 ``LeanStep`` behind the same
-interface; ``batch_steps(model, B)`` picks between them, for the loops and the benchmark.
+iteration row 0 may hold 40 committed tokens and row 1 only 37. ``RaggedSteps`` writes row
+``b``'s new tokens at its own slots ``start_b, start_b + 1, ...`` of a shared preallocated
+cache, gives them those positions, and lets each new token see exactly the slots ``0 .. its
+own position`` of its row. Slots past a row's length hold whatever a rejected draft left
+there; the mask hides them and the next call overwrites them (as in gpt-fast, where rollback
+costs nothing): the caller keeps the positions. ``OneRowSteps`` gives one row the batch-1
+``LeanStep`` behind the same interface; ``batch_steps(model, B)`` picks between them, for the
+loops and the benchmark.
 """
 
 from __future__ import annotations
@@ -23,67 +16,17 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from .gpt import CharGPT, check_model
-from .lean import mlp_residual
+from ..model import CharGPT, check_model
+from .lean import lean_step, mlp_residual
 
-__all__ = ["OneRowSteps", "RaggedCache", "RaggedSteps", "batch_steps", "ragged_forward"]
-
-
-class RaggedCache:
-    """A ``KVCache`` for ``batch_size`` rows with a length per row (int64 ``lengths [B]``)."""
-
-    def __init__(self, model: CharGPT, batch_size: int):
-        check_model(model)
-        self.kv = model.new_cache(batch_size)
-        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.kv.k.device)
-
-    @property
-    def batch_size(self) -> int:
-        return self.kv.batch_size
-
-    def crop(self, lengths: torch.Tensor) -> None:
-        """Keep row ``b``'s first ``lengths[b]`` positions (each at most its current length).
-
-        Raises ValueError for another shape or a length beyond the row's."""
-        lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.lengths.device)
-        if lengths.shape != self.lengths.shape or bool(
-            ((lengths < 0) | (lengths > self.lengths)).any()
-        ):
-            raise ValueError(
-                f"crop needs one length per row, 0 <= lengths[b] <= the row's length "
-                f"({self.lengths.tolist()}); got {lengths.tolist()}"
-            )
-        self.lengths = lengths
-
-    def __repr__(self) -> str:
-        return f"RaggedCache(lengths={self.lengths.tolist()}, capacity={self.kv.capacity})"
-
-
-def ragged_forward(model: CharGPT, idx: torch.Tensor, cache: RaggedCache) -> torch.Tensor:
-    """Hidden states ``[B, T, n_embd]`` of ``T`` new tokens per row, after each row's cache.
-
-    ``idx`` int64 ``[B, T]``: row ``b``'s tokens take positions ``lengths[b] .. lengths[b] +
-    T - 1``; every row's length grows by ``T``. Unchecked (a decoding loop's fast path): the
-    caller makes sure ``max(lengths) + T <= block_size`` and the ids are in the vocabulary.
-    Multiply by ``model.lm_head.weight`` for logits.
-    """
-    B, T = idx.shape
-    lengths = cache.lengths
-    slots = lengths[:, None] + torch.arange(T, device=idx.device)  # [B, T]: positions
-    span = int(lengths.max()) + T
-    # Token t of row b sees its row's slots 0 .. lengths[b] + t (its past and itself).
-    mask = torch.arange(span, device=idx.device) <= slots[:, :, None]  # [B, T, span]
-    cache.kv.length = span - T  # decode_hidden attends over 0 .. length + T
-    h = model.decode_hidden(idx, cache.kv, slots, mask[:, None], slots=slots)
-    cache.lengths = lengths + T
-    return h
+__all__ = ["OneRowSteps", "RaggedSteps", "batch_steps"]
 
 
 class RaggedSteps:
     """Lean cached steps of ``model`` for ``batch_size`` rows, each row at its own positions.
 
-    What ``model.lean.LeanStep`` is to batch 1, for a batch: the same rearranged arithmetic
-    (layer 0's input and projection from ``CharGPT.input_table``, ``addmm`` projections with
+    What ``fast.lean.LeanStep`` is to batch 1, for a batch: the same rearranged arithmetic
+    (layer 0's input and projection from ``fast.derived.input_table``, ``addmm`` projections with
     the weights transposed once, the two-op GELU of ``lean.mlp_residual``), on ``[B * T,
     n_embd]`` rows. Its own cache holds a layer's keys (and values) token by token, ``[B,
     block_size, n_embd]``, so a call writes them with one ``index_copy_`` each at every row's
@@ -102,12 +45,12 @@ class RaggedSteps:
     out)``: every row at the same positions ``start ..`` (plain decoding of equal-length
     prompts): slice writes and no mask for one token. ``prefill(ids, start)`` fills
     positions ``start ..`` of every row from ``ids [B, T]``. Unchecked, like
-    ``decode_hidden``: the decoding loops call it with tokens and positions they checked.
+    ``LeanStep``: the decoding loops call it with tokens and positions they checked.
     """
 
     def __init__(self, model: CharGPT, batch_size: int):
         check_model(model)
-        lean = model.lean_step()
+        lean = lean_step(model)
         cfg = model.config
         self.lean, self.config, self.B = lean, cfg, batch_size
         self.C, self.nh, self.hs, self.V = lean.C, lean.nh, lean.hs, lean.V
@@ -196,13 +139,13 @@ class OneRowSteps:
     """``RaggedSteps``' interface for one row, on the batch-1 ``LeanStep`` and its cache.
 
     With one row there is nothing ragged: positions are one number, the cache a batch-1
-    ``KVCache``, and ``model.lean.LeanStep`` (what plain ``generate`` and the batch-1 loop
+    ``KVCache``, and ``fast.lean.LeanStep`` (what plain ``generate`` and the batch-1 loop
     take) is the leanest step there is, so the batched loops use it at ``B = 1``, in plain
     decoding and in speculation alike."""
 
     def __init__(self, model: CharGPT):
         check_model(model)
-        self.lean = model.lean_step()
+        self.lean = lean_step(model)
         self.cache = self.lean.new_cache()
         self.V = self.lean.V
 
