@@ -259,7 +259,7 @@ def test_batch_call_costs_time_the_loops_own_steps():
     assert calls["warm"] is True  # each timed call follows an untimed one of itself
     cold = bench.batch_call_costs(target, draft, (1,), sizes=(1, 2), repeats=1, warm=False)
     assert cold["warm"] is False and len(cold["target_s"][0]) == 2
-    from specdec_course.distilled import load_distilled
+    from specdec_course.drafts.distilled import load_distilled
 
     table = bench.batch_call_costs(target, load_distilled(), (1, 2), sizes=(1, 3), repeats=1)
     assert min(table["draft_s"]) > 0 and "table" in table["steps"]
@@ -269,7 +269,7 @@ def test_batch_call_costs_time_the_loops_own_steps():
 def tiny_table():
     """An order-3 n-gram over the tiny models' 3 symbols, counted from a skewed random text
     (so its rows differ from context to context and from the target's)."""
-    from specdec_course.ngram import NgramDraft
+    from specdec_course.drafts.ngram import NgramDraft
 
     g = torch.Generator().manual_seed(5)
     ids = torch.multinomial(torch.tensor([0.6, 0.3, 0.1]), 400, replacement=True, generator=g)
@@ -342,7 +342,7 @@ def test_until_first_stops_at_the_first_finished_row_with_exact_rows(tiny):
 
 def test_greedy_batched_ngram_speculation_is_the_targets_greedy_text():
     from specdec_course.data import CharTokenizer
-    from specdec_course.distilled import load_distilled
+    from specdec_course.drafts.distilled import load_distilled
 
     target, table = load_pretrained("target"), load_distilled()
     tok = CharTokenizer()
@@ -388,7 +388,7 @@ def test_the_ngram_proposal_over_many_rows_makes_the_per_row_draws(tiny_table, t
     # rows with fewer characters than the context included (n = 1).
     import numpy as np
 
-    from specdec_course.ngram.draft import _VECTOR_ROWS
+    from specdec_course.drafts.ngram.ngram_draft import _VECTOR_ROWS
     from specdec_course.sampling import SamplingOptions
 
     smp = SamplingOptions(temperature)

@@ -275,7 +275,7 @@ def test_readme_recommends_the_method_the_stored_cpu_bench_found_fastest():
     # "at a lower cost per drafted token than the draft model's over long proposals"
     assert all(r["c"] < d["c"] for r, d in zip(rec["rows"][5:], dm["rows"][5:]))
     # "accepted at least 0.03 more often at every depth": the shipped draft's record
-    from specdec_course.eagle import load_recurrent
+    from specdec_course.drafts.eagle import load_recurrent
 
     meta = load_recurrent(target=load_pretrained("target")).meta
     assert all(a > b + 0.03 for a, b in zip(meta["alpha_by_depth"], meta["draft_alpha_by_depth"]))
@@ -357,7 +357,7 @@ def test_generate_with_the_distilled_ngram(capsys):
 def test_train_preset_ngram_writes_a_file_that_loads(tmp_path, capsys, monkeypatch):
     # The same command path on a slice of the training text (the real one reads all of it).
     from specdec_course import data as D
-    from specdec_course.distilled import DistilledNgramDraft
+    from specdec_course.drafts.distilled import DistilledNgramDraft
 
     ids = D.train_val_split(D.CharTokenizer().encode(D.load_corpus()))[0][:20_000]
     real = DistilledNgramDraft.from_target.__func__

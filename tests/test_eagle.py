@@ -15,8 +15,8 @@ from helpers import data_readme, exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer
-from specdec_course.decoding import audit_proposer
-from specdec_course.eagle import (
+from specdec_course.drafts import audit_proposer
+from specdec_course.drafts.eagle import (
     EagleDraft,
     EagleProposer,
     collect_features,
@@ -29,7 +29,7 @@ from specdec_course.eagle import (
     unrolled_features,
     unrolled_loss,
 )
-from specdec_course.eagle.host import HostEagle
+from specdec_course.drafts.eagle.eagle_numpy import HostEagle
 from specdec_course.model import load_pretrained
 from specdec_course.sampling import SamplingOptions
 
@@ -285,7 +285,7 @@ def test_data_readme_gives_the_shipped_eagle_drafts_figures_from_its_record(ship
     # data/README's EAGLE-style paragraph against the checkpoint's own training record, and
     # the draft model's figure beside it recomputed on the same validation windows.
     from specdec_course import data as D
-    from specdec_course.eagle import collect_features, draft_model_alpha_by_depth
+    from specdec_course.drafts.eagle import collect_features, draft_model_alpha_by_depth
 
     target, draft = shipped
     meta = draft.meta

@@ -22,8 +22,8 @@ from helpers import data_readme, exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer
-from specdec_course.decoding import ModelProposer, audit_proposer
-from specdec_course.eagle import (
+from specdec_course.drafts import ModelProposer, audit_proposer
+from specdec_course.drafts.eagle import (
     FUSED_COMMAND,
     FusedHead,
     FusedProposer,
@@ -34,8 +34,8 @@ from specdec_course.eagle import (
     save_fused,
     train_fused,
 )
-from specdec_course.eagle import fused as fused_module
-from specdec_course.eagle.fused import _HostHead
+from specdec_course.drafts.eagle import fused as fused_module
+from specdec_course.drafts.eagle.fused import _HostHead
 from specdec_course.fast import draft_step
 from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 from specdec_course.sampling import SamplingOptions

@@ -94,7 +94,7 @@ def test_a_replayed_graph_gives_its_static_step_bit_for_bit(pair):
 
 def test_cuda_graph_decoding_gives_the_eager_tokens(pair):
     from specdec_course.decoding import generate, speculative_generate
-    from specdec_course.ngram import NgramDraft
+    from specdec_course.drafts.ngram import NgramDraft
 
     target, draft = pair
     prompt = PROMPT.to(CUDA)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_course.decoding import generate, proposer, speculative_generate
+from specdec_course.decoding import generate, speculative_generate
+from specdec_course.drafts import model_draft
+from specdec_course.drafts.ngram import NgramDraft
 from specdec_course.fast import derived, graphs, steps_for
 from specdec_course.model import load_pretrained
-from specdec_course.ngram import NgramDraft
 
 PROMPT = torch.tensor([18, 47, 56, 57, 58, 1, 15, 47, 58, 47, 64, 43, 52, 10, 0])
 
@@ -29,7 +30,7 @@ def static_on_cpu(monkeypatch):
     """Let ``cuda_graphs=True`` through on the CPU: the loops then run the static steps
     eagerly (``StaticSteps(capture=False)``), which is all of the graph path but the capture."""
     monkeypatch.setattr(graphs, "check_cuda_graphs", lambda dev: None)
-    monkeypatch.setattr(proposer, "check_cuda_graphs", lambda dev: None)
+    monkeypatch.setattr(model_draft, "check_cuda_graphs", lambda dev: None)
 
 
 def test_cuda_graphs_off_a_gpu_is_a_clear_error(pair):

@@ -326,7 +326,7 @@ def test_chi_square_rejects_a_proposer_whose_q_lies(llm32):
 
 def test_bad_input_gets_a_one_line_error(llm32):
     from specdec_course import llm
-    from specdec_course.ngram import NgramDraft
+    from specdec_course.drafts.ngram import NgramDraft
 
     model, tok = llm32
     V, ctx = model.config.vocab_size, model.config.block_size

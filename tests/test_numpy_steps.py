@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from specdec_course import decoding
-from specdec_course.decoding.proposer import ModelProposer
+from specdec_course.drafts import ModelProposer
 from specdec_course.fast import draft_step, lean_step
 from specdec_course.fast.numpy_steps import NumpyFolded, NumpyStep
 from specdec_course.model import CharGPT, GPTConfig

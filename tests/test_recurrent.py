@@ -25,8 +25,8 @@ from helpers import data_readme, exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer
-from specdec_course.decoding import audit_proposer
-from specdec_course.eagle import (
+from specdec_course.drafts import audit_proposer
+from specdec_course.drafts.eagle import (
     RECURRENT_COMMAND,
     RECURRENT_SHIPPED,
     RecurrentDraft,
@@ -40,10 +40,10 @@ from specdec_course.eagle import (
     target_features,
     train_recurrent,
 )
-from specdec_course.eagle import draft as draft_module
-from specdec_course.eagle import recurrent as recurrent_module
-from specdec_course.eagle.recurrent import _HostCell
-from specdec_course.eagle.recurrent_training import _loss_terms
+from specdec_course.drafts.eagle import eagle_draft as draft_module
+from specdec_course.drafts.eagle import recurrent as recurrent_module
+from specdec_course.drafts.eagle.recurrent import _HostCell
+from specdec_course.drafts.eagle.recurrent_training import _loss_terms
 from specdec_course.paths import checkpoints_dir
 from specdec_course.sampling import SamplingOptions
 

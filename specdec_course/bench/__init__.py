@@ -7,8 +7,9 @@ the cost of one cached forward over 1 to 16 new tokens. ``bench.gpu``:
 both on a GPU in one check (``specdec-course bench gpu``), stored for machines without one.
 ``bench.beyond``: dynamic draft length and block verification, with ``bench.batch``'s
 batch-size regime.
-``bench.eagle``: the EAGLE-style drafts against the draft model (``bench.drafts`` loads the
-shipped drafts by name). ``bench.roofline``: a
+``bench.eagle``: the EAGLE-style drafts against the draft model (``bench.shipped_drafts`` loads
+the shipped drafts by name); ``bench.ngram_alpha``: an n-gram draft's acceptance on
+validation text and the order sweep that chose the default (lesson 07). ``bench.roofline``: a
 roofline *model* of a GPU call (bytes and flops at a named GPU's peaks) and the speedups it
 predicts per method (``bench.roofline_methods``), shown where no GPU record is stored.
 """
@@ -19,18 +20,20 @@ from .beyond import *  # noqa: F403
 from .beyond import __all__ as _beyond_all
 from .compare import *  # noqa: F403
 from .compare import __all__ as _compare_all
-from .drafts import *  # noqa: F403
-from .drafts import __all__ as _drafts_all
 from .eagle import *  # noqa: F403
 from .eagle import __all__ as _eagle_all
 from .forward import *  # noqa: F403
 from .forward import __all__ as _forward_all
 from .gpu import *  # noqa: F403
 from .gpu import __all__ as _gpu_all
+from .ngram_alpha import *  # noqa: F403
+from .ngram_alpha import __all__ as _ngram_alpha_all
 from .roofline import *  # noqa: F403
 from .roofline import __all__ as _roofline_all
 from .roofline_methods import *  # noqa: F403
 from .roofline_methods import __all__ as _roofline_methods_all
+from .shipped_drafts import *  # noqa: F403
+from .shipped_drafts import __all__ as _drafts_all
 from .speedup import *  # noqa: F403
 from .speedup import __all__ as _speedup_all
 from .verifier import *  # noqa: F403
@@ -42,6 +45,7 @@ __all__ = [
     *_speedup_all,
     *_compare_all,
     *_drafts_all,
+    *_ngram_alpha_all,
     *_gpu_all,
     *_batch_all,
     *_beyond_all,

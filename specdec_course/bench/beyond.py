@@ -68,7 +68,8 @@ def marginal_cost(costs: dict) -> float:
 
 def _policies(draft, c: float) -> dict:
     """Name -> (proposer, k_policy, k_max) for the dynamic rows."""
-    from ..decoding import ControllerK, HeuristicK, ModelProposer
+    from ..decoding import ControllerK, HeuristicK
+    from ..drafts import ModelProposer
 
     k_max = max(DYNAMIC_KS)
     return {

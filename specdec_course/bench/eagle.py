@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from ._args import check_run
-from .drafts import load_drafts
 from .records import load_record, save_record
+from .shipped_drafts import load_drafts
 from .speedup import best_row, measure_speedup, validation_prompts
 
 __all__ = ["EAGLE_KS", "measure_eagle", "save_eagle_results", "load_eagle_results"]

@@ -98,10 +98,10 @@ def _verifier(dry: bool, out: Path, flashinfer_timeout: float, progress: bool):
 
 def _speedup(dry: bool, dev: torch.device, machine: str, out: Path, progress: bool):
     from ..data import CharTokenizer
-    from ..distilled import load_distilled
+    from ..drafts.distilled import load_distilled
+    from ..drafts.ngram import NgramDraft
     from ..medusa import load_heads
     from ..model import load_pretrained
-    from ..ngram import NgramDraft
     from .forward import forward_costs
     from .speedup import measure_speedup, save_speedup_results, validation_prompts
 

@@ -314,9 +314,9 @@ def measure_hf(
 
     from .. import hf
     from ..data import CharTokenizer
-    from ..distilled import load_distilled
+    from ..drafts.distilled import load_distilled
+    from ..drafts.ngram import NgramDraft
     from ..model import load_pretrained
-    from ..ngram import NgramDraft
 
     target, draft = load_pretrained("target"), load_pretrained("draft")
     ngram, distilled = NgramDraft(), load_distilled()

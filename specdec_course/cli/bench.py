@@ -303,7 +303,7 @@ def _beyond(args) -> int:
     """Dynamic k, the batch-size regime and block verification on this CPU (lessons 08, 09)."""
     from .. import bench
     from ..data import CharTokenizer
-    from ..distilled import load_distilled
+    from ..drafts.distilled import load_distilled
     from ..model import load_pretrained
 
     torch.set_num_threads(1)

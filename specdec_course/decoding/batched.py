@@ -53,8 +53,8 @@ from ..verifier import VerifierInputs
 from .batch_drafts import batch_drafter
 from .plain import gumbel
 from .recorder import Recorder
+from .spec_stats import SpecStats
 from .speculative import speculative_generate
-from .stats import SpecStats
 
 __all__ = ["check_prompts", "generate_batch", "speculative_generate_batch"]
 

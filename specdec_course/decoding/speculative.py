@@ -36,16 +36,16 @@ import torch
 from .._validate import check_generator, check_int, check_proposer_fits
 from ..block_verifier import block_verify_row
 from ..devices import check_same_device, with_native_cpu_kernels
+from ..drafts.proposer import as_proposer
 from ..model import CharGPT
 from ..sampling import SamplingOptions
 from ..verifier import rejection_sample_row
 from .dynamic import FixedK, check_policy
 from .plain import check_executor, check_prompt
-from .proposer import as_proposer
 from .recorder import Recorder
 from .row_verifier import row_verifier
 from .scoring import target_scorer
-from .stats import SpecStats
+from .spec_stats import SpecStats
 
 __all__ = ["speculative_generate"]
 

@@ -9,13 +9,13 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from ..decoding.proposer import draft_noise, softmax_rows
-from ..fast.numpy_steps import numpy_ok
-from ..model import CharGPT, KVCache, check_model
-from ..model.checks import check_forward
-from ..model.gpt import Block
-from ..sampling import SamplingOptions
-from .host import HostEagle
+from ...fast.numpy_steps import numpy_ok
+from ...model import CharGPT, KVCache, check_model
+from ...model.checks import check_forward
+from ...model.gpt import Block
+from ...sampling import SamplingOptions
+from ..noise import draft_noise, softmax_rows
+from .eagle_numpy import HostEagle
 
 __all__ = ["EagleDraft", "EagleProposer", "check_eagle", "target_features"]
 
@@ -231,7 +231,7 @@ class EagleProposer(_TargetFeatures):
     softmax of the same processed logits, so the loop stays exact. ``device`` is the
     target's; CUDA graphs are not used. On a CPU (float32 / float64) the steps, the draw
     and ``q`` run in NumPy on the same memory (``eagle.host.HostEagle``), as the draft
-    model's do (``decoding.ModelProposer``); the tokens are those of the tensor steps up to
+    model's do (``drafts.ModelProposer``); the tokens are those of the tensor steps up to
     float32 rounding of the logits.
     """
 

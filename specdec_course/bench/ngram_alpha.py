@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from .. import data as D
+from ..drafts.ngram.ngram_draft import DEFAULT_DISCOUNT, NgramDraft
 from ..sampling import process_logits
-from .draft import DEFAULT_DISCOUNT, NgramDraft
 
 __all__ = ["measure_alpha", "order_sweep"]
 

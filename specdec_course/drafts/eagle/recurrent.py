@@ -46,12 +46,12 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from .._validate import check_int
-from ..decoding.proposer import draft_noise
-from ..fast.numpy_steps import numpy_ok
-from ..model import CharGPT, check_model
-from ..sampling import SamplingOptions
-from .draft import _TargetFeatures
+from ..._validate import check_int
+from ...fast.numpy_steps import numpy_ok
+from ...model import CharGPT, check_model
+from ...sampling import SamplingOptions
+from ..noise import draft_noise
+from .eagle_draft import _TargetFeatures
 
 __all__ = ["RecurrentDraft", "RecurrentProposer", "check_recurrent"]
 

@@ -19,20 +19,17 @@ As a proposer (``decoding.speculative_generate(target, NgramDraft(), ...)``) a d
 costs a dictionary look-up and a binary search over a precomputed cumulative row: about a
 microsecond, against hundreds for a model step. ``NgramDraft()`` with no arguments is the
 default: the order and discount chosen by measured acceptance against the shipped target on
-validation text (``order_sweep``; lesson 07).
+validation text (``bench.order_sweep``; lesson 07).
 """
 
 from __future__ import annotations
 
 from .counts import find_sorted
-from .draft import DEFAULT_DISCOUNT, DEFAULT_ORDER, NgramDraft
-from .sweep import measure_alpha, order_sweep
+from .ngram_draft import DEFAULT_DISCOUNT, DEFAULT_ORDER, NgramDraft
 
 __all__ = [
     "DEFAULT_ORDER",
     "DEFAULT_DISCOUNT",
     "NgramDraft",
     "find_sorted",
-    "measure_alpha",
-    "order_sweep",
 ]

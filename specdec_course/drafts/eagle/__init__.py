@@ -19,7 +19,21 @@ with its ``*_training`` module. ``specdec-course train --preset eagle`` writes
 ``data/checkpoints/eagle.pt``; ``load_eagle(target=...)`` reads it.
 """
 
-from .draft import EagleDraft, EagleProposer, check_eagle, target_features
+from .eagle_draft import EagleDraft, EagleProposer, check_eagle, target_features
+from .eagle_training import (
+    REBUILD_COMMAND,
+    SHIPPED,
+    collect_features,
+    eagle_alpha,
+    eagle_alpha_by_depth,
+    eagle_loss,
+    load_eagle,
+    save_eagle,
+    train_eagle,
+    train_shipped_eagle,
+    unrolled_features,
+    unrolled_loss,
+)
 from .fused import HEAD_DEPTHS, FusedHead, FusedProposer, check_fused
 from .fused_training import (
     FUSED_COMMAND,
@@ -41,20 +55,6 @@ from .recurrent_training import (
     save_recurrent,
     train_recurrent,
     train_shipped_recurrent,
-)
-from .training import (
-    REBUILD_COMMAND,
-    SHIPPED,
-    collect_features,
-    eagle_alpha,
-    eagle_alpha_by_depth,
-    eagle_loss,
-    load_eagle,
-    save_eagle,
-    train_eagle,
-    train_shipped_eagle,
-    unrolled_features,
-    unrolled_loss,
 )
 
 __all__ = [

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import data as D
-from .devices import DeviceLike
+from .. import data as D
+from ..devices import DeviceLike
+from ..paths import checkpoints_dir
 from .ngram import DEFAULT_DISCOUNT, DEFAULT_ORDER, NgramDraft, find_sorted
-from .paths import checkpoints_dir
 
 __all__ = ["DistilledNgramDraft", "target_means", "load_distilled", "DISTILLED_FILE"]
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from .._validate import check_int
-from ..model import CharGPT, check_model
-from ..paths import checkpoints_dir
-from ..train import window_features
-from .draft import EagleDraft, check_eagle, target_features
+from ..._validate import check_int
+from ...model import CharGPT, check_model
+from ...paths import checkpoints_dir
+from ...train import window_features
+from .eagle_draft import EagleDraft, check_eagle, target_features
 
 __all__ = [
     "REBUILD_COMMAND",
@@ -260,7 +260,7 @@ def train_eagle(
     feature pass). Raises ValueError for bad sizes."""
     from tqdm import tqdm
 
-    from ..train import TrainConfig, lr_at
+    from ...train import TrainConfig, lr_at
 
     check_model(target, "target")
     for name, v in (("steps", steps), ("batch_size", batch_size), ("depth", depth)):
@@ -385,7 +385,7 @@ def shipped_meta(draft: EagleDraft, target: CharGPT, stages, seconds, seed: int 
     """The training record the shipped checkpoint holds: the stages' settings, seconds and
     positions, and on 16 validation windows the unrolled loss, ``alpha_vs_target``
     (:func:`eagle_alpha`) and ``alpha_by_depth`` (:func:`eagle_alpha_by_depth`)."""
-    from .. import data as D
+    from ... import data as D
 
     _, val_ids = D.corpus_split(D.CharTokenizer(target.vocab))
     vf, vx = collect_features(target, val_ids, 16)
@@ -419,8 +419,8 @@ def train_shipped_eagle(
     (``SHIPPED``; ``steps`` overrides the first stage's step count and skips the second)
     and save it (default ``data/checkpoints/eagle.pt``). Returns ``(path, meta)``
     (:func:`shipped_meta`). About an hour on one thread of the course's CPU."""
-    from .. import data as D
-    from ..model import load_pretrained
+    from ... import data as D
+    from ...model import load_pretrained
 
     stages = [dict(st) for st in SHIPPED]
     if steps is not None:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from scipy.special import erf
 
-from ..fast.numpy_steps import Norm, fold_norm
+from ...fast.numpy_steps import Norm, fold_norm
 
 __all__ = ["HostEagle"]
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from .._validate import check_int, check_real
-from ..model import CharGPT, check_model
-from ..paths import checkpoints_dir
+from ..._validate import check_int, check_real
+from ...model import CharGPT, check_model
+from ...paths import checkpoints_dir
+from .eagle_training import collect_features
 from .fused import FusedHead, check_fused
-from .training import collect_features
 
 __all__ = [
     "FUSED_COMMAND",
@@ -121,7 +121,7 @@ def train_fused(
     including the data pass)``."""
     from tqdm import tqdm
 
-    from ..train import TrainConfig, lr_at
+    from ...train import TrainConfig, lr_at
 
     for name, v in (("steps", steps), ("batch_size", batch_size), ("rank", rank)):
         check_int(v, name)
@@ -227,8 +227,8 @@ def train_shipped_fused(
     (``steps`` overrides its step count) and save it (default ``data/checkpoints/fused.pt``)
     with its record: settings, seconds, positions, and ``alpha_by_depth`` on 16 validation
     windows beside the draft model's own on the same windows. Returns ``(path, meta)``."""
-    from .. import data as D
-    from ..model import load_pretrained
+    from ... import data as D
+    from ...model import load_pretrained
 
     cfg = dict(FUSED_SHIPPED)
     if steps is not None:

@@ -25,23 +25,23 @@ def load_drafts(target, names) -> dict:
         if name == "draft":
             drafts[name] = model
         elif name == "ngram":
-            from ..ngram import NgramDraft
+            from ..drafts.ngram import NgramDraft
 
             drafts[name] = NgramDraft()
         elif name == "distilled":
-            from ..distilled import load_distilled
+            from ..drafts.distilled import load_distilled
 
             drafts[name] = load_distilled()
         elif name == "eagle":
-            from ..eagle import EagleProposer, load_eagle
+            from ..drafts.eagle import EagleProposer, load_eagle
 
             drafts[name] = EagleProposer(load_eagle(target=target), target)
         elif name == "recurrent":
-            from ..eagle import RecurrentProposer, load_recurrent
+            from ..drafts.eagle import RecurrentProposer, load_recurrent
 
             drafts[name] = RecurrentProposer(load_recurrent(target=target), target)
         else:
-            from ..eagle import FusedProposer, load_fused
+            from ..drafts.eagle import FusedProposer, load_fused
 
             drafts[name] = FusedProposer(load_fused(draft=model, target=target), model, target)
     return drafts

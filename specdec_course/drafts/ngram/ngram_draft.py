@@ -11,12 +11,12 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from .. import data as D
-from .._validate import check_ids, check_int, check_real
-from ..devices import DeviceLike
-from ..devices import device as pick_device
-from ..sampling import SamplingOptions, process_logits
-from ..stats import round_probs
+from ... import data as D
+from ..._validate import check_ids, check_int, check_real
+from ...devices import DeviceLike
+from ...devices import device as pick_device
+from ...sampling import SamplingOptions, process_logits
+from ...stats import round_probs
 from .counts import _Level
 
 __all__ = ["DEFAULT_ORDER", "DEFAULT_DISCOUNT", "NgramDraft"]

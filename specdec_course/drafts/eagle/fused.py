@@ -43,13 +43,13 @@ import torch.nn as nn
 from scipy.special import erf
 from torch.nn import functional as F
 
-from .._validate import check_int
-from ..decoding.proposer import draft_noise
-from ..fast import draft_step
-from ..fast.numpy_steps import Norm, fold_norm, numpy_ok
-from ..model import CharGPT, check_model
-from ..sampling import SamplingOptions
-from .draft import _TargetFeatures
+from ..._validate import check_int
+from ...fast import draft_step
+from ...fast.numpy_steps import Norm, fold_norm, numpy_ok
+from ...model import CharGPT, check_model
+from ...sampling import SamplingOptions
+from ..noise import draft_noise
+from .eagle_draft import _TargetFeatures
 
 __all__ = ["HEAD_DEPTHS", "FusedHead", "FusedProposer", "check_fused"]
 
@@ -215,7 +215,7 @@ class _HostHead:
 class FusedProposer(_TargetFeatures):
     """A ``FusedHead`` over its draft model as a proposer for ``speculative_generate``.
 
-    The draft model's cache and catch-up are ``decoding.ModelProposer``'s (a committed
+    The draft model's cache and catch-up are ``drafts.ModelProposer``'s (a committed
     token costs two row copies). The loop passes the target's features through
     :meth:`observe_target` after its prefill and each call; a proposal reads the newest
     committed one, ``f_{n-2}``, computes the head's feature terms once, and drafts ``k``

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
-from .._validate import check_int, check_real
-from ..model import CharGPT, check_model
-from ..paths import checkpoints_dir
+from ..._validate import check_int, check_real
+from ...model import CharGPT, check_model
+from ...paths import checkpoints_dir
+from .eagle_training import collect_features
 from .fused_training import _fingerprint
 from .recurrent import RecurrentDraft, check_recurrent
-from .training import collect_features
 
 __all__ = [
     "RECURRENT_COMMAND",
@@ -115,7 +115,7 @@ def train_recurrent(
     seconds including the feature pass)``."""
     from tqdm import tqdm
 
-    from ..train import TrainConfig, lr_at
+    from ...train import TrainConfig, lr_at
 
     check_model(target, "target")
     for name, v in (("steps", steps), ("batch_size", batch_size)):
@@ -226,8 +226,8 @@ def train_shipped_recurrent(
     its record: settings, seconds, positions, and ``alpha_by_depth`` on 16 validation
     windows beside the draft model's on the same positions (``draft_alpha_by_depth``).
     Returns ``(path, meta)``."""
-    from .. import data as D
-    from ..model import load_pretrained
+    from ... import data as D
+    from ...model import load_pretrained
 
     cfg = dict(RECURRENT_SHIPPED)
     if steps is not None:
