@@ -35,7 +35,7 @@ def pair():
 @pytest.mark.parametrize("V", [65, 32000, 128256])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_kernels_give_the_reference_tokens(V, dtype):
-    from specdec_course.bench.verifier import _make_inputs
+    from specdec_course.bench.verifier_sweep import _make_inputs
     from specdec_course.kernels import launch, launch_config
     from specdec_course.verifier import rejection_sample_prepared
 

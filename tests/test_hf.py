@@ -189,7 +189,7 @@ def test_export_command_writes_both_folders(pair, tmp_path, capsys):
 
 
 def test_race_runs_every_method_and_greedy_tokens_agree(pair, hf_pair, val):
-    from specdec_course.bench import hf as bench_hf
+    from specdec_course.bench import hf_race as bench_hf
     from specdec_course.drafts.distilled import load_distilled
     from specdec_course.drafts.ngram import NgramDraft
 

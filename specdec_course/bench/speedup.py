@@ -218,7 +218,7 @@ def measure_speedup(
     Costs are medians over the repeats. The prompts may live anywhere; the methods run on
     the target's device (see the module docstring for GPUs and ``cuda_graphs``), and the
     result records ``device`` and ``cuda_graphs``. ``trees``: Medusa's trees, names from
-    ``medusa.TREES`` or ``{name: (paths, draft)}``; by default ``medusa.bench_trees(
+    ``medusa.TREES`` or ``{name: (paths, draft)}``; by default ``bench.bench_trees(
     medusa_heads, temperature)`` (for Hydra heads: Medusa's greedy trees over their measured
     acceptance, and at temperature > 0 chains of sampled drafts). Raises ValueError, before
     timing anything, for arguments that are not what they should be
@@ -238,7 +238,8 @@ def measure_speedup(
         temperature=temperature,
     )
     from ..decoding import SpecStats, generate, speculative_generate
-    from ..medusa import bench_trees, medusa_generate
+    from ..medusa import medusa_generate
+    from .medusa_trees import bench_trees
 
     ks = list(ks)
     names = list(drafts)
@@ -250,7 +251,7 @@ def measure_speedup(
     spec_t = {(m, k): [] for m in names for k in ks}
     plain_t = {key: [] for key in spec_t}  # the plain runs beside each method's
     per_rep = {key: [] for key in spec_t}  # each repeat's totals over the prompts
-    # Medusa's trees: {name: (paths, draft)}; by default those medusa.bench_trees picks for
+    # Medusa's trees: {name: (paths, draft)}; by default those bench.bench_trees picks for
     # the heads (Hydra heads: greedy trees over their measured acceptance, sampled chains).
     if medusa_heads is not None and trees is None:
         trees = bench_trees(medusa_heads, temperature)

@@ -184,7 +184,8 @@ def run(args) -> int:
         if name == "draft":
             draft_step(draft)  # part of loading it: the first step would build it otherwise
     elif args.method == "medusa":
-        from ..medusa import bench_trees, load_heads, medusa_generate
+        from ..bench import bench_trees
+        from ..medusa import load_heads, medusa_generate
 
         # The heads and trees the stored bench measured: Hydra heads, trees built from their
         # measured acceptance (names such as top4, sample3), each with its kind of draft.

@@ -234,34 +234,3 @@ def sampled_chain_walk(
             c = np.cumsum(pn[d - 1])
         return d - 1, _search(c, us[T - 1])
     return T - 1, _search(np.cumsum(pn[T - 1]), us[T - 1])
-
-
-# Node counts (root excluded) of the benchmark's greedy trees for Hydra heads.
-TREE_SIZES = (3, 7, 15)
-
-
-def bench_trees(heads, temperature: float, sizes=TREE_SIZES) -> dict:
-    """The trees the speedup benchmark runs for ``heads``: ``{name: (paths, draft)}``.
-
-    Medusa heads: the named ``TREES`` with ranked guesses. Hydra heads: Medusa's greedy
-    tree construction (``greedy_tree``) over the acceptance measured when they were trained
-    (``heads.meta``: ``acceptance_greedy`` at temperature 0, else ``acceptance_sampled``,
-    see ``hydra.hydra_acceptance``), one tree per node count in ``sizes`` (``top<n>``), and at
-    temperature > 0 chains of sampled drafts of every depth (``sample<d>``). Raises
-    ValueError for Hydra heads without the measured acceptance."""
-    from .tree import TREES, greedy_tree
-
-    if not isinstance(heads, HydraHeads):
-        return {name: (paths, "top") for name, paths in TREES.items()}
-    key = "acceptance_greedy" if temperature == 0 else "acceptance_sampled"
-    acc = getattr(heads, "meta", {}).get(key)
-    if acc is None:
-        raise ValueError(
-            f"these Hydra heads carry no measured acceptance (meta[{key!r}]); load the shipped "
-            "ones (medusa.load_heads(kind='hydra')) or set it from hydra.hydra_acceptance"
-        )
-    out = {f"top{n + 1}": (greedy_tree(torch.tensor(acc), n), "top") for n in sizes}
-    if temperature != 0:
-        for d in range(1, heads.n_heads + 1):
-            out[f"sample{d}"] = ([(0,) * j for j in range(1, d + 1)], "sample")
-    return out

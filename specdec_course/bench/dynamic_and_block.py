@@ -6,7 +6,7 @@ method decoding the same prompts from the same seeds, so machine load hits all a
 - ``measure_dynamic``: plain decoding against the draft model at every fixed ``k`` and
   under the dynamic policies (Hugging Face's heuristic, the confidence stop, the alpha/cost
   controller); speedup and mean drafts per iteration.
-- ``measure_batch`` (in ``bench.batch``): tokens per second of plain and speculative
+- ``measure_batch`` (in ``bench.batch_sizes``): tokens per second of plain and speculative
   decoding for ``B`` rows at once (``decoding.batched``), at several ``k``; the ``B`` where
   the best ``k`` stops paying,
   beside what a ``(k + 1)``-token target call costs relative to a one-token one at that ``B``

@@ -1,6 +1,6 @@
 """Batched speculation against batched plain decoding on the CPU (lesson 08, section 4).
 
-Part of ``specdec-course bench beyond`` (``bench.beyond`` holds the rest and writes the
+Part of ``specdec-course bench beyond`` (``bench.dynamic_and_block`` holds the rest and writes the
 record):
 
 - ``batch_call_costs``: at each ``B``, the target's calls over 1 to 7 new tokens per row and
@@ -12,7 +12,7 @@ record):
 - ``batch_ceiling``: what a loop without overhead of its own could gain at each ``B``, from
   those call costs and the measured acceptance.
 
-Times are the decoding thread's CPU time (``time.thread_time``), as in ``bench.beyond``.
+Times are the decoding thread's CPU time (``time.thread_time``), as in ``bench.dynamic_and_block``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ read the tree's precomputed buffers and do their bookkeeping in Python ints.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +22,7 @@ from ..decoding import SpecStats, check_prompt
 from ..devices import check_same_device, model_device, with_native_cpu_kernels
 from ..model import CharGPT, KVCache
 from ..sampling import SamplingOptions, accepts, exp_noise, uniform_open_closed
-from .guess import DRAFTS, is_chain, sampled_chain_walk, sampler, top_guesser
+from .candidates import DRAFTS, is_chain, sampled_chain_walk, sampler, top_guesser
 from .heads import MedusaHeads, check_heads
 from .hydra import HydraHeads
 from .tree import TREE_SMALL, TreeBuffers, _as_tree, _tree_pass, compact_cache, tree_bias_buffer
@@ -336,64 +336,3 @@ def medusa_generate(
         stats.seconds = laps.spent
     out[ids.numel() :] = torch.tensor(seq[ids.numel() : end], dtype=torch.long)
     return out, stats
-
-
-def run_medusa(
-    model: CharGPT,
-    heads: MedusaHeads,
-    prompts: Sequence[torch.Tensor],
-    max_new_tokens: int,
-    *,
-    tree=TREE_SMALL,
-    temperature: float = 1.0,
-    seed: int = 0,
-    repeats: int = 1,
-    draft: str = "top",
-) -> dict:
-    """Run ``medusa_generate`` and plain ``decoding.generate`` on ``prompts``; time both.
-
-    For the speedup benchmark: both methods decode every prompt ``repeats`` times in
-    alternation (so machine load hits both alike), batch 1, with the same seeds. Returns
-    ``{"medusa_s", "plain_s", "speedup", "stats": [MedusaStats], "mean_accepted",
-    "mean_accepted_length", "tokens_per_target_call", "tree_size"}`` where the times are
-    totals in seconds and ``speedup = plain_s / medusa_s``.
-    """
-    from ..decoding import generate
-
-    tb = _as_tree(tree)
-    t_med = t_plain = 0.0
-    all_stats = []
-    for rep in range(repeats):
-        for i, prompt in enumerate(prompts):
-            g = torch.Generator().manual_seed(seed + 1000 * rep + i)
-            t0 = time.perf_counter()
-            generate(model, prompt, max_new_tokens, temperature=temperature, generator=g)
-            t1 = time.perf_counter()
-            g = torch.Generator().manual_seed(seed + 1000 * rep + i)
-            _, st = medusa_generate(
-                model,
-                heads,
-                prompt,
-                max_new_tokens,
-                tree=tb,
-                temperature=temperature,
-                generator=g,
-                draft=draft,
-            )
-            t2 = time.perf_counter()
-            t_plain += t1 - t0
-            t_med += t2 - t1
-            all_stats.append(st)
-    total = MedusaStats(k=tb.max_depth, tree_size=tb.size)
-    for st in all_stats:
-        total.add(st)
-    return {
-        "medusa_s": t_med,
-        "plain_s": t_plain,
-        "speedup": t_plain / t_med,
-        "stats": all_stats,
-        "mean_accepted": total.mean_accepted,
-        "mean_accepted_length": total.mean_accepted_length,
-        "tokens_per_target_call": total.tokens_per_target_call,
-        "tree_size": tb.size,
-    }
