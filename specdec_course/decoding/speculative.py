@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import torch
 
-from .._validate import check_generator, check_int, check_proposer_fits
+from .._validate import check_generator, check_int
 from ..block_verifier import block_verify_row
-from ..devices import check_same_device, with_native_cpu_kernels
-from ..drafts.proposer import as_proposer
+from ..devices import with_native_cpu_kernels
+from ..drafts.proposer import fitted_proposer
 from ..model import CharGPT
 from ..sampling import SamplingOptions
 from ..verifier import rejection_sample_row
@@ -169,13 +169,7 @@ def _checked(target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_
     # The entry checks: the prompt (as 1-D ids), the draft as a proposer that fits the
     # target, the options, and the k policy (a fixed k when none is given).
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
-    proposer = as_proposer(draft, cuda_graphs=graphs)
-    check_proposer_fits(proposer, target)
-    if isinstance(draft, CharGPT):
-        check_prompt(draft, ids, max_new_tokens, "draft")
-    dev = target.lm_head.weight.device
-    if getattr(proposer, "device", dev) != dev:
-        check_same_device("the draft", proposer.device, "the target", dev)
+    proposer = fitted_proposer(draft, target, ids.numel() + max_new_tokens, cuda_graphs=graphs)
     check_int(k, "k (drafts per iteration)")
     check_generator(generator)
     if verify not in ("token", "block"):

@@ -46,12 +46,12 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .._validate import check_ids, check_int
+from .._validate import check_ids, check_int, check_proposer_fits
 from ..model import CharGPT
 from ..sampling import SamplingOptions
 from .model_draft import ModelProposer
 
-__all__ = ["Proposer", "as_proposer", "audit_proposer"]
+__all__ = ["Proposer", "as_proposer", "fitted_proposer", "audit_proposer"]
 
 
 @runtime_checkable
@@ -88,6 +88,15 @@ def as_proposer(draft, *, cuda_graphs: bool = False) -> Proposer:
         "draft must be a CharGPT or a proposer (an object with vocab_size, start, propose "
         f"and commit; see specdec_course.drafts.proposer); got {type(draft).__name__}"
     )
+
+
+def fitted_proposer(draft, target, length: int, *, cuda_graphs: bool = False) -> Proposer:
+    """``as_proposer(draft)``, checked to draft for ``target`` over ``length`` positions
+    (``_validate.check_proposer_fits``: the vocabulary and its characters, the target it was
+    built for, a draft model's context, the device); ValueError otherwise."""
+    proposer = as_proposer(draft, cuda_graphs=cuda_graphs)
+    check_proposer_fits(proposer, target, length=length)
+    return proposer
 
 
 @torch.inference_mode()
