@@ -230,7 +230,7 @@ class EagleProposer(_TargetFeatures):
     passes), noise drawn at ``start`` from the proposer's generator, and ``q`` is the
     softmax of the same processed logits, so the loop stays exact. ``device`` is the
     target's; CUDA graphs are not used. On a CPU (float32 / float64) the steps, the draw
-    and ``q`` run in NumPy on the same memory (``eagle.host.HostEagle``), as the draft
+    and ``q`` run in NumPy on the same memory (``eagle_numpy.HostEagle``), as the draft
     model's do (``drafts.ModelProposer``); the tokens are those of the tensor steps up to
     float32 rounding of the logits.
     """
@@ -259,7 +259,7 @@ class EagleProposer(_TargetFeatures):
         self._start_features(n)
         self.w_t = w.t()
         self.logits = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype, device=w.device)
-        # The NumPy steps (eagle.host) on a CPU: weights folded once per generation.
+        # The NumPy steps (eagle_numpy) on a CPU: weights folded once per generation.
         self.host = HostEagle(d) if numpy_ok(w) else None
         if self.host is not None:
             self._np = (self.feats.numpy(), self.logits.numpy(), self.w_t.contiguous().numpy())

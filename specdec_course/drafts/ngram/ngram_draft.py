@@ -39,7 +39,7 @@ class NgramDraft:
     ``DEFAULT_DISCOUNT``; ``text`` (a str in the corpus alphabet) or ``ids`` (1-D int64)
     counts something else. ``probs(context)`` is the full distribution after a context
     (a str or ids), ``batch_probs`` the same for many; ``start / propose / commit`` are the
-    proposer interface of ``decoding.proposer``. ``tables=False`` keeps only the counts (for
+    proposer interface of ``drafts.proposer``. ``tables=False`` keeps only the counts (for
     measuring many orders: ``batch_probs`` works, drafting does not). ``device`` is where
     the drafting tables live and the ``q`` rows are returned: the target's device (the
     counting itself runs on the CPU; ``probs`` and ``batch_probs`` return CPU tensors).
