@@ -105,7 +105,7 @@ def test_a_model_as_its_own_draft_gets_two_static_caches(pair, static_on_cpu):
     ref = generate(target, PROMPT, 40, temperature=0)
     out, st = speculative_generate(target, target, PROMPT, 40, k=3, temperature=0, cuda_graphs=True)
     assert torch.equal(out, ref) and st.acceptance_rate == 1.0
-    kept = derived._BUILT[target][1]  # beside the model, per role
+    kept = derived._BUILT[target][2]  # beside the model, per role
     assert {"graphs:target", "graphs:draft"} <= set(kept)
     assert kept["graphs:target"].cache is not kept["graphs:draft"].cache
     with torch.no_grad():

@@ -25,25 +25,36 @@ _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def weights_version(model) -> tuple:
     """The stamp of ``model``'s weights: storage, dtype and version counter of every
-    parameter and buffer (a few microseconds for the course's models). A model made under
-    ``torch.inference_mode`` has inference tensors, which keep no version counter: their
-    storage stands alone (``rebuild`` after writing them in place)."""
-    return tuple(
-        (t.data_ptr(), t.dtype, -1 if t.is_inference() else t._version)
-        for t in (*model.parameters(), *model.buffers())
-    )
+    parameter and buffer. A model made under ``torch.inference_mode`` has inference tensors,
+    which keep no version counter: their storage stands alone (``rebuild`` after writing them
+    in place)."""
+    return _stamp((*model.parameters(), *model.buffers()))
+
+
+def _stamp(tensors) -> tuple:
+    # Storage and version counter of each (a new dtype or device is a new storage).
+    ptrs = tuple([t.data_ptr() for t in tensors])
+    try:
+        return ptrs, tuple([t._version for t in tensors])
+    except RuntimeError:  # inference tensors keep no version counter
+        return ptrs, tuple([-1 if t.is_inference() else t._version for t in tensors])
 
 
 def built(model, name: str, build: Callable):
-    """``build(model)``, made once per version of ``model``'s weights and kept beside it."""
-    stamp = weights_version(model)
+    """``build(model)``, made once per version of ``model``'s weights and kept beside it.
+
+    A look-up re-stamps the tensors the entry was made from (a loop looks up once per run,
+    not per step); a new storage, dtype or version of any of them builds again. Parameters
+    *replaced* by other objects are seen when the model's tensors are gathered anew: after
+    ``rebuild(model)``, or when another of its tensors changed."""
     entry = _BUILT.get(model)
-    if entry is None or entry[0] != stamp:
-        entry = _BUILT[model] = (stamp, {})
-    made = entry[1].get(name)
+    if entry is None or _stamp(entry[0]) != entry[1]:
+        tensors = (*model.parameters(), *model.buffers())
+        entry = _BUILT[model] = (tensors, _stamp(tensors), {})
+    made = entry[2].get(name)
     if made is None:
         with torch.no_grad():  # plain tensors derived from the weights, no autograd graph
-            made = entry[1][name] = build(model)
+            made = entry[2][name] = build(model)
     return made
 
 

@@ -20,6 +20,7 @@ import torch
 from .._validate import check_generator
 from ..decoding import SpecStats, check_prompt
 from ..devices import check_same_device, model_device, with_native_cpu_kernels
+from ..fast import lean_step
 from ..model import CharGPT, KVCache
 from ..sampling import SamplingOptions, accepts, exp_noise, uniform_open_closed
 from .candidates import DRAFTS, is_chain, sampled_chain_walk, sampler, top_guesser
@@ -271,6 +272,7 @@ def medusa_generate(
         V = model.config.vocab_size
         gumbel = exp_noise((V,), generator=generator, device=dev).log_().neg_()
     cache = model.new_cache(1)
+    lean = lean_step(model)  # the tree passes' step, looked up once per run (fast.lean)
     # Prefill: the whole prompt; its last position gives the first new token and the hidden
     # state the heads read.
     logits, hid = model(out[None, :n], cache, return_hidden=True)
@@ -311,7 +313,7 @@ def medusa_generate(
             feed = tokens[:T]
             tl = feed.tolist()
         bias = None if wide is None else wide[:T, block - L : block + T]
-        logits, hid = _tree_pass(model, feed, cache, tb, bias)
+        logits, hid = _tree_pass(model, feed, cache, tb, bias, lean)
         laps.lap("target")
         if greedy:
             node, token = _greedy_walk(logits, tl, children, T)

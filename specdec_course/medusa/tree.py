@@ -239,15 +239,17 @@ def _tree_pass(
     cache: KVCache,
     tree: TreeBuffers,
     bias: torch.Tensor | None,
+    lean=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # tree_forward without its checks (callers check): the model's unchecked cached forward,
     # every node seeing the cached prefix and its own ancestors (``bias``: the additive mask
     # [T, L + T]), at position L + depth; ``bias=None`` for a chain, whose nodes are a run of
     # consecutive positions under the causal mask (the lean step's own path, no mask or
     # positions to pass). Returns (logits [T, V], hidden [T, n_embd]). The pass is the model's
-    # lean step (fast.lean), as plain decoding's: no slower step to beat.
+    # lean step (fast.lean), as plain decoding's: no slower step to beat (``lean``: the
+    # caller's, looked up once per generation).
     T, L = feed.numel(), cache.length
-    lean = lean_step(model)
+    lean = lean_step(model) if lean is None else lean
     if T == 1 or bias is None:
         hidden = lean.hidden(feed, cache)
     else:
