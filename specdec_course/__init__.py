@@ -2,7 +2,8 @@
 
 One concept per module (see the README): ``theory`` (formulas), ``sampling`` (one position),
 ``stats`` (chi-square), ``verifier`` (batched rejection sampler), ``kernels`` (Triton),
-``data``, ``model``, ``train``, ``decoding``, ``ngram``, ``distilled``, ``medusa``,
+``data``, ``model``, ``train``, ``decoding``, ``fast`` (the cached steps beside the model),
+``drafts`` (every proposer: the draft model, n-grams, the EAGLE family), ``medusa``,
 ``grading``, ``widgets``, ``bench``, ``cli``. Submodules are imported on demand:
 ``from specdec_course import theory``.
 """
@@ -24,8 +25,8 @@ _SUBMODULES = {
     "model",
     "train",
     "decoding",
-    "ngram",
-    "distilled",
+    "fast",
+    "drafts",
     "medusa",
     "grading",
     "widgets",

@@ -310,15 +310,37 @@ def _shape_of(model) -> str:
     )
 
 
-def check_proposer_fits(proposer, target, name: str = "draft") -> None:
-    """ValueError unless ``proposer`` can draft for ``target``.
+def _same(a: torch.device, b: torch.device) -> bool:
+    # "cuda" and "cuda:0" name one device when the current device is 0; tensors always
+    # report an index, so compare with the index filled in.
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    cur = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return (a.index if a.index is not None else cur) == (b.index if b.index is not None else cur)
+
+
+def check_same_device(what: str, a: torch.device, other: str, b: torch.device) -> None:
+    """ValueError unless ``a`` and ``b`` are one device; the message names both sides."""
+    if not _same(torch.device(a), torch.device(b)):
+        raise ValueError(
+            f"{what} and {other} are on different devices ({a} and {b}); put them on one "
+            "device (model.to(device), tensor.to(device))"
+        )
+
+
+def check_proposer_fits(proposer, target, name: str = "draft", *, length: int | None = None):
+    """ValueError unless ``proposer`` can draft for ``target`` (and ``length`` positions).
 
     Checks that the vocabulary sizes match, that the characters behind the ids match where
     both declare them (:func:`symbols_of`: a draft whose ids mean other characters keeps the
     output exact but proposes nonsense, so it is refused rather than run slowly), and, where
     the proposer declares the target it was built for (a ``target`` attribute, as
     ``eagle.EagleProposer`` has), that it is this very target (one built for another would
-    read features of another shape or meaning and fail, or mislead, mid-generation).
+    read features of another shape or meaning and fail, or mislead, mid-generation); that a
+    draft model holds ``length`` positions in its context, and that the proposer is on the
+    target's device.
     """
     V = target.config.vocab_size
     Vd = getattr(proposer, "vocab_size", None)
@@ -344,3 +366,12 @@ def check_proposer_fits(proposer, target, name: str = "draft") -> None:
             f"({_shape_of(built_for)}) than the one passed ({_shape_of(target)}); build it "
             f"for this one, e.g. EagleProposer(eagle.load_eagle(target=target), target)"
         )
+    # A draft model must hold the whole sequence in its own context, on the target's device.
+    block = getattr(getattr(getattr(proposer, "model", None), "config", None), "block_size", None)
+    if length is not None and block is not None and length > block:
+        raise ValueError(
+            f"prompt + max_new_tokens = {length} exceeds the context of {block} positions the "
+            f"{name} model was trained on; shorten the prompt or generate fewer tokens"
+        )
+    dev = target.lm_head.weight.device
+    check_same_device(f"the {name}", getattr(proposer, "device", dev), "the target", dev)

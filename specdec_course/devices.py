@@ -24,6 +24,8 @@ from contextlib import contextmanager
 
 import torch
 
+from ._validate import check_same_device  # noqa: F401  (the check lives with the others)
+
 __all__ = [
     "device",
     "check_same_device",
@@ -69,26 +71,6 @@ def device(name: DeviceLike = None) -> torch.device:
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of ``model``'s first parameter (the package's models keep all on one)."""
     return next(model.parameters()).device
-
-
-def _same(a: torch.device, b: torch.device) -> bool:
-    # "cuda" and "cuda:0" name one device when the current device is 0; tensors always
-    # report an index, so compare with the index filled in.
-    if a.type != b.type:
-        return False
-    if a.type != "cuda":
-        return True
-    cur = torch.cuda.current_device() if torch.cuda.is_available() else 0
-    return (a.index if a.index is not None else cur) == (b.index if b.index is not None else cur)
-
-
-def check_same_device(what: str, a: torch.device, other: str, b: torch.device) -> None:
-    """ValueError unless ``a`` and ``b`` are one device; the message names both sides."""
-    if not _same(torch.device(a), torch.device(b)):
-        raise ValueError(
-            f"{what} and {other} are on different devices ({a} and {b}); put them on one "
-            "device (model.to(device), tensor.to(device))"
-        )
 
 
 def synchronize(dev: DeviceLike) -> None:

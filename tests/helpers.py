@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from specdec_course.stats import chi_square_test, counts
@@ -153,6 +155,23 @@ def data_readme(heading: str | None = None) -> tuple[str, str]:
     if heading is None:
         return text, text
     return text, text.split(f"## {heading}")[1].split("## ")[0]
+
+
+# A figure as prose prints it: digits with thousands commas, a decimal part, an exponent
+# ("3e-4"); not part of a longer number. What surrounds it is the prose's own business.
+_FIGURE = re.compile(r"(?<![\d.,])[-−]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?(?![\d])")
+
+
+def figures(text: str) -> set[str]:
+    """Every figure ``text`` prints (see ``_FIGURE``), as written."""
+    return set(_FIGURE.findall(text))
+
+
+def assert_prints(text: str, *values: str) -> None:
+    """Each of ``values`` (a record's figure, formatted as the prose prints it) is printed in
+    ``text``: tests of prose check the figures it takes from records, never its sentences."""
+    missing = [v for v in values if v not in figures(text)]
+    assert not missing, f"figures the prose should print from the record: {missing}"
 
 
 def report_text(result) -> str:

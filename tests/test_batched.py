@@ -19,14 +19,12 @@ from specdec_course import stats
 from specdec_course.data import CharTokenizer
 from specdec_course.decoding import generate
 from specdec_course.decoding.batched import generate_batch, speculative_generate_batch
-from specdec_course.model import CharGPT, GPTConfig, load_pretrained
-from specdec_course.model.ragged import (
+from specdec_course.fast.ragged import (
     OneRowSteps,
-    RaggedCache,
     RaggedSteps,
     batch_steps,
-    ragged_forward,
 )
+from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 
 ROWS, LENGTH = 6_000, 4
 
@@ -66,22 +64,6 @@ def test_batched_plain_decoding_follows_the_target(tiny):
     res = _law(out[:, 2:], target, prompt)
     assert res.false_failure_rate < 1e-8
     assert res.passed, str(res)
-
-
-def test_ragged_forward_matches_each_row_decoded_alone(tiny):
-    target, _ = tiny
-    torch.manual_seed(0)
-    seqs = torch.randint(0, 3, (3, 10))
-    cache = RaggedCache(target, 3)
-    ragged_forward(target, seqs[:, :4], cache)
-    cache.crop(torch.tensor([4, 2, 3]))  # rows now hold different lengths
-    h = ragged_forward(target, torch.stack([seqs[0, 4:7], seqs[1, 2:5], seqs[2, 3:6]]), cache)
-    with torch.inference_mode():
-        for b, start in enumerate([4, 2, 3]):
-            ref = target.hidden_states(seqs[b : b + 1, : start + 3])[0, start:]
-            torch.testing.assert_close(h[b], ref, atol=1e-5, rtol=1e-4)
-    with pytest.raises(ValueError, match="one length per row"):
-        cache.crop(torch.tensor([9, 0, 0]))
 
 
 @pytest.mark.parametrize("verify", ["token", "block"])
@@ -277,7 +259,7 @@ def test_batch_call_costs_time_the_loops_own_steps():
     assert calls["warm"] is True  # each timed call follows an untimed one of itself
     cold = bench.batch_call_costs(target, draft, (1,), sizes=(1, 2), repeats=1, warm=False)
     assert cold["warm"] is False and len(cold["target_s"][0]) == 2
-    from specdec_course.distilled import load_distilled
+    from specdec_course.drafts.distilled import load_distilled
 
     table = bench.batch_call_costs(target, load_distilled(), (1, 2), sizes=(1, 3), repeats=1)
     assert min(table["draft_s"]) > 0 and "table" in table["steps"]
@@ -287,7 +269,7 @@ def test_batch_call_costs_time_the_loops_own_steps():
 def tiny_table():
     """An order-3 n-gram over the tiny models' 3 symbols, counted from a skewed random text
     (so its rows differ from context to context and from the target's)."""
-    from specdec_course.ngram import NgramDraft
+    from specdec_course.drafts.ngram import NgramDraft
 
     g = torch.Generator().manual_seed(5)
     ids = torch.multinomial(torch.tensor([0.6, 0.3, 0.1]), 400, replacement=True, generator=g)
@@ -360,7 +342,7 @@ def test_until_first_stops_at_the_first_finished_row_with_exact_rows(tiny):
 
 def test_greedy_batched_ngram_speculation_is_the_targets_greedy_text():
     from specdec_course.data import CharTokenizer
-    from specdec_course.distilled import load_distilled
+    from specdec_course.drafts.distilled import load_distilled
 
     target, table = load_pretrained("target"), load_distilled()
     tok = CharTokenizer()
@@ -406,7 +388,7 @@ def test_the_ngram_proposal_over_many_rows_makes_the_per_row_draws(tiny_table, t
     # rows with fewer characters than the context included (n = 1).
     import numpy as np
 
-    from specdec_course.ngram.draft import _VECTOR_ROWS
+    from specdec_course.drafts.ngram.ngram_draft import _VECTOR_ROWS
     from specdec_course.sampling import SamplingOptions
 
     smp = SamplingOptions(temperature)

@@ -256,7 +256,7 @@ def test_measure_block_reports_the_difference_and_its_paired_standard_error():
     each (run, prompt) decode one unit: a hand computation of the delta-method formula, and
     a measured row whose diff is block_accepted - token_accepted."""
     from specdec_course import bench
-    from specdec_course.bench.beyond import _paired_ratio_se
+    from specdec_course.bench.dynamic_and_block import _paired_ratio_se
     from specdec_course.data import CharTokenizer
     from specdec_course.model import load_pretrained
 

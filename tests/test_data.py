@@ -5,6 +5,7 @@ import tarfile
 
 import pytest
 import torch
+from helpers import assert_prints
 
 from specdec_course import data as D
 from specdec_course.paths import data_dir
@@ -26,8 +27,7 @@ def test_committed_corpus_has_the_recorded_sha256():
 def test_data_readme_states_the_corpus_hash_size_and_vocabulary(text):
     readme = (data_dir() / "README.md").read_text()
     assert CORPUS_SHA256 in readme
-    assert f"{len(text):,}" in readme
-    assert f"{len(D.VOCAB)} symbols" in readme
+    assert_prints(" ".join(readme.split()), f"{len(text):,}", str(len(D.VOCAB)))
 
 
 def test_corpus_is_plain_ascii_over_at_most_70_symbols(text):

@@ -197,3 +197,17 @@ def test_bad_prompts_and_options_raise_clear_errors(pair):
         decoding.generate(target, torch.tensor([1]), 5, temperature=-1)
     with pytest.raises(ValueError, match="max_new_tokens"):
         decoding.generate(target, torch.tensor([1]), -1)
+
+
+def test_a_draft_model_with_a_shorter_context_is_refused_on_entry():
+    # drafts.fitted_proposer: the draft model must hold prompt + max_new_tokens itself.
+    from specdec_course.model import CharGPT, GPTConfig
+
+    cfg = dict(vocab_size=5, n_layer=1, n_head=2, n_embd=8)
+    target = CharGPT(GPTConfig(block_size=32, **cfg)).eval()
+    draft = CharGPT(GPTConfig(block_size=16, **cfg)).eval()
+    prompt = torch.tensor([0, 1, 2])
+    out, _ = decoding.speculative_generate(target, draft, prompt, 13, temperature=0)
+    assert out.numel() == 16  # fits exactly
+    with pytest.raises(ValueError, match="exceeds the context of 16 positions the draft model"):
+        decoding.speculative_generate(target, draft, prompt, 14, temperature=0)

@@ -13,9 +13,9 @@ import torch
 import specdec_course
 from specdec_course import devices, sampling
 from specdec_course.decoding import generate, speculative_generate
+from specdec_course.drafts.ngram import NgramDraft
 from specdec_course.medusa import load_heads, medusa_generate
 from specdec_course.model import load_pretrained
-from specdec_course.ngram import NgramDraft
 
 PROMPT = torch.tensor([18, 47, 56, 57, 58, 1, 15, 47, 58, 47, 64, 43, 52, 10, 0])
 

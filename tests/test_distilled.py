@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from specdec_course import data as D
-from specdec_course import decoding, stats
-from specdec_course.distilled import DistilledNgramDraft, load_distilled, target_means
-from specdec_course.ngram import NgramDraft, measure_alpha
+from specdec_course import decoding, drafts, stats
+from specdec_course.bench import measure_alpha
+from specdec_course.drafts.distilled import DistilledNgramDraft, load_distilled, target_means
+from specdec_course.drafts.ngram import NgramDraft
 from specdec_course.sampling import process_logits
 
 SMALL = 30_000  # training characters for the drafts built here (a second of forward passes)
@@ -78,7 +79,7 @@ def test_distillation_reads_training_text_only(target, split, monkeypatch):
         seen["ids"] = ids
         raise RuntimeError("stop after recording the ids")
 
-    monkeypatch.setattr("specdec_course.distilled.target_means", spy)
+    monkeypatch.setattr("specdec_course.drafts.distilled.target_means", spy)
     with pytest.raises(RuntimeError, match="stop after"):
         DistilledNgramDraft.from_target(target)
     assert torch.equal(seen["ids"], split[0])
@@ -138,7 +139,7 @@ def test_greedy_speculation_equals_greedy_target(shipped, target, split):
 
 
 def test_the_distilled_draft_drafts_from_the_q_it_reports(shipped):
-    res = decoding.audit_proposer(shipped, D.CharTokenizer().encode("ROMEO:\nWhat"), runs=20_000)
+    res = drafts.audit_proposer(shipped, D.CharTokenizer().encode("ROMEO:\nWhat"), runs=20_000)
     assert res.passed and res.false_failure_rate < 1e-6, str(res)
 
 

@@ -14,7 +14,8 @@ from helpers import exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats, theory
 from specdec_course.data import CharTokenizer, load_corpus, train_val_split
-from specdec_course.decoding import ControllerK, HeuristicK, ModelProposer
+from specdec_course.decoding import ControllerK, HeuristicK
+from specdec_course.drafts import ModelProposer
 from specdec_course.model import load_pretrained
 
 RUNS, LENGTH = 6_000, 4

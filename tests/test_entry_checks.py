@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_course import bench, data, decoding, medusa, sampling
+from specdec_course import bench, data, decoding, drafts, medusa, sampling
 from specdec_course.block_verifier import block_verify
 from specdec_course.decoding.batched import generate_batch, speculative_generate_batch
-from specdec_course.eagle import EagleDraft, EagleProposer
+from specdec_course.drafts.eagle import EagleDraft, EagleProposer
+from specdec_course.drafts.ngram import NgramDraft
 from specdec_course.model import CharGPT, GPTConfig
-from specdec_course.ngram import NgramDraft
 
 V = len(data.VOCAB)
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n" * 4
@@ -215,10 +215,10 @@ CASES = [
     Case("NgramDraft", "ids", "ids", lambda v: NgramDraft(2, ids=v)),
     Case("NgramDraft.probs", "context", "ids", NGRAM.probs, valid=("text",)),
     Case("NgramDraft.batch_probs", "contexts", "ids", lambda v: NGRAM.batch_probs([v])),
-    Case("audit_proposer", "prompt_ids", "ids", lambda v: decoding.audit_proposer(NGRAM, v)),
-    Case("audit_proposer", "runs", "int", lambda v: decoding.audit_proposer(NGRAM, PROMPT, runs=v)),
-    Case("audit_proposer", "seed", "int", lambda v: decoding.audit_proposer(NGRAM, PROMPT, seed=v)),
-    Case("ModelProposer", "p_min", "real", lambda v: decoding.ModelProposer(DRAFT, p_min=v)),
+    Case("audit_proposer", "prompt_ids", "ids", lambda v: drafts.audit_proposer(NGRAM, v)),
+    Case("audit_proposer", "runs", "int", lambda v: drafts.audit_proposer(NGRAM, PROMPT, runs=v)),
+    Case("audit_proposer", "seed", "int", lambda v: drafts.audit_proposer(NGRAM, PROMPT, seed=v)),
+    Case("ModelProposer", "p_min", "real", lambda v: drafts.ModelProposer(DRAFT, p_min=v)),
     # block verification (the batched verifier's inputs; its batch-1 row runs in the loop)
     Case("block_verify", "draft_token_ids", "ids", lambda v: block_verify(_batched(v), None, P)),
     # k policies
@@ -342,7 +342,7 @@ def test_an_eagle_proposer_for_another_target_is_refused_on_entry():
 
 
 def test_the_shipped_eagle_proposer_refuses_the_draft_model_as_its_target():
-    from specdec_course.eagle import load_eagle
+    from specdec_course.drafts.eagle import load_eagle
     from specdec_course.model import load_pretrained
 
     target, draft = load_pretrained("target"), load_pretrained("draft")

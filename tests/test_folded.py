@@ -1,4 +1,4 @@
-"""The one-layer draft's folded step (model.folded): the same logits and cache as a forward."""
+"""The one-layer draft's folded step (fast.folded): the same logits and cache as a forward."""
 
 import copy
 import pickle
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from specdec_course import decoding
-from specdec_course.model import CharGPT, FoldedCache, FoldedStep, GPTConfig, LeanStep
+from specdec_course.fast import FoldedCache, FoldedStep, LeanStep, draft_step, lean_step
+from specdec_course.model import CharGPT, GPTConfig
 
 ATOL = 2e-5  # float32; the folds sum in another order than decode_hidden
 
@@ -36,7 +37,7 @@ def _logits(model, ids, cache):
 @torch.inference_mode()
 def test_steps_match_decode_hidden_through_feeds_and_rollbacks(model):
     x = _ids(36)
-    step = model.draft_step()
+    step = draft_step(model)
     assert isinstance(step, FoldedStep)
     cache, ref = step.new_cache(), model.new_cache(1)
     assert isinstance(cache, FoldedCache)
@@ -76,7 +77,7 @@ def test_steps_match_decode_hidden_through_feeds_and_rollbacks(model):
 def test_the_cache_holds_keys_and_projected_values(model):
     # The layout the module documents, checked against a forward's own keys and values.
     x = _ids(12, seed=2)
-    step = model.draft_step()
+    step = draft_step(model)
     cache, ref = step.new_cache(), model.new_cache(1)
     step.feed(x, cache)
     model(x[None], ref)
@@ -100,7 +101,7 @@ def test_the_shipped_draft_steps_as_its_forward():
 
     draft = load_pretrained("draft")
     x = torch.randint(draft.config.vocab_size, (80,), generator=torch.Generator().manual_seed(5))
-    step = draft.draft_step()
+    step = draft_step(draft)
     cache = step.new_cache()
     step.feed(x[:79], cache)
     out = torch.empty(1, draft.config.vocab_size)
@@ -110,24 +111,25 @@ def test_the_shipped_draft_steps_as_its_forward():
 
 def test_a_deeper_model_keeps_its_lean_step():
     m = CharGPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=8)).eval()
-    assert m.draft_step() is m.lean_step()
+    assert draft_step(m) is lean_step(m)
     with pytest.raises(ValueError, match="one-layer model; this one has 2 layers"):
         FoldedStep(m)
 
 
 def test_the_folded_step_is_rebuilt_when_the_weights_change_and_not_copied(model):
-    first = model.draft_step()
-    assert model.draft_step() is first
+    first = draft_step(model)
+    assert draft_step(model) is first
     model.load_state_dict(model.state_dict())
-    assert model.draft_step() is not first
-    assert copy.deepcopy(model)._folded is None
-    assert pickle.loads(pickle.dumps(model))._folded is None
-    assert isinstance(model.lean_step(), LeanStep)
+    assert draft_step(model) is not first
+    copied = copy.deepcopy(model)  # the model holds nothing derived: copies build their own
+    assert draft_step(copied) is not draft_step(model)
+    assert isinstance(draft_step(pickle.loads(pickle.dumps(model))), FoldedStep)
+    assert isinstance(lean_step(model), LeanStep)
 
 
 def test_crop_is_a_pointer_move_with_kv_caches_checks(model):
-    cache = model.draft_step().new_cache()
-    model.draft_step().feed(_ids(5), cache)
+    cache = draft_step(model).new_cache()
+    draft_step(model).feed(_ids(5), cache)
     cache.crop(2)
     assert cache.length == 2 and cache.capacity == CONFIG.block_size and cache.batch_size == 1
     with pytest.raises(ValueError, match=r"crop\(n\) needs an int 0 <= n <= cache.length \(2\)"):

@@ -18,12 +18,12 @@ missing, and fail when it no longer loads (a head trained on other models or siz
 
 import pytest
 import torch
-from helpers import data_readme, exact_sequence_law, sequence_codes, tiny_model
+from helpers import assert_prints, data_readme, exact_sequence_law, sequence_codes, tiny_model
 
 from specdec_course import decoding, stats
 from specdec_course.data import CharTokenizer
-from specdec_course.decoding import ModelProposer, audit_proposer
-from specdec_course.eagle import (
+from specdec_course.drafts import ModelProposer, audit_proposer
+from specdec_course.drafts.eagle import (
     FUSED_COMMAND,
     FusedHead,
     FusedProposer,
@@ -34,8 +34,9 @@ from specdec_course.eagle import (
     save_fused,
     train_fused,
 )
-from specdec_course.eagle import fused as fused_module
-from specdec_course.eagle.fused import _HostHead
+from specdec_course.drafts.eagle import fused as fused_module
+from specdec_course.drafts.eagle.fused import _HostHead
+from specdec_course.fast import draft_step
 from specdec_course.model import CharGPT, GPTConfig, load_pretrained
 from specdec_course.sampling import SamplingOptions
 
@@ -86,14 +87,14 @@ def shipped(shipped_models):
 
 def _propose_both_ways(head, draft, target, prompt, monkeypatch, k=5, seed=3, sampling=None):
     # One proposal, then a commit of two drafts and a token of the target's, then a second
-    # proposal (the catch-up), in NumPy and as tensor ops (host_ok refused: start then
+    # proposal (the catch-up), in NumPy and as tensor ops (numpy_ok refused: start then
     # builds the tensor path's cache and noise). Features as the loop would pass them.
     n = prompt.numel()
     runs = []
     for host in (True, False):
         with monkeypatch.context() as m:
             if not host:
-                m.setattr(fused_module, "host_ok", lambda w: False)
+                m.setattr(fused_module, "numpy_ok", lambda w: False)
             p = FusedProposer(head, draft, target)
             g = torch.Generator().manual_seed(seed)
             p.start(prompt, n, sampling or SamplingOptions(1.0), g, 20, k)
@@ -133,8 +134,8 @@ def test_the_numpy_head_computes_the_fused_logits(tiny):
     # and one step's logits are draft.lm_head(h) + head.delta(h, t) at the draft's h.
     target, draft, head = tiny
     ids = torch.tensor([0, 1, 2, 2, 1, 0])
-    step = draft.draft_step()
-    hh = _HostHead(head, step.host)
+    step = draft_step(draft)
+    hh = _HostHead(head, step.np_step)
     f = target.hidden_states(ids[None])[0, 3]
     t = hh.terms(f.numpy().copy(), 5)
     want_t = head.terms(f)[[0, 1, 1, 1, 1]]
@@ -300,7 +301,7 @@ def test_the_loop_passes_the_prompts_features_so_the_proposer_runs_no_forward_of
 
     monkeypatch.setattr(type(target), "hidden_states", counted)
     if not host:
-        monkeypatch.setattr(fused_module, "host_ok", lambda w: False)
+        monkeypatch.setattr(fused_module, "numpy_ok", lambda w: False)
     p = FusedProposer(head, draft, target)
     got, _ = decoding.speculative_generate(target, p, prompt, 10, k=3, temperature=0)
     assert (p.host is not None) == host
@@ -496,15 +497,13 @@ def test_data_readme_gives_the_shipped_fused_heads_figures_from_its_record(shipp
     head = shipped[2]
     meta, s = head.meta, head.meta["settings"]
     text, section = data_readme("The fused EAGLE-style draft")
-    assert f"({meta['params']:,} parameters" in text
-    assert f"{meta['train_seconds']:.0f} s on one" in section
-    assert f"then {s['steps']:,} AdamW steps" in section
-    assert f"on {s['batch_size']:,} random" in section
-    assert f"with weight {s['depth_decay']}^(d − 1)" in section
-    assert f"{meta['positions'] / 1e6:.1f} million samples" in section
-    assert f"rank {s['rank']}, an MLP of {s['hidden']} units" in section
-    alphas = ", ".join(f"{a:.3f}" for a in meta["alpha_by_depth"])
-    assert f"at temperature 1: {alphas}, against" in section
+    assert_prints(text, f"{meta['params']:,}")
+    assert_prints(
+        section, f"{meta['train_seconds']:.0f}", f"{s['steps']:,}", f"{s['batch_size']:,}"
+    )
+    assert_prints(section, str(s["depth_decay"]), f"{meta['positions'] / 1e6:.1f}")
+    assert_prints(section, str(s["rank"]), str(s["hidden"]))
+    assert_prints(section, *(f"{a:.3f}" for a in meta["alpha_by_depth"]))
     plain = meta["draft_alpha_by_depth"]
-    assert f"the draft model's {min(plain):.3f} at every depth" in section
+    assert_prints(section, f"{min(plain):.3f}")
     assert f"{max(plain):.3f}" == f"{min(plain):.3f}"  # "at every depth" holds to 3 places

@@ -35,7 +35,7 @@ def pair():
 @pytest.mark.parametrize("V", [65, 32000, 128256])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_kernels_give_the_reference_tokens(V, dtype):
-    from specdec_course.bench.verifier import _make_inputs
+    from specdec_course.bench.verifier_sweep import _make_inputs
     from specdec_course.kernels import launch, launch_config
     from specdec_course.verifier import rejection_sample_prepared
 
@@ -74,7 +74,7 @@ def test_gpu_output_positions_follow_their_target_distributions(one_hot):
 
 @torch.inference_mode()
 def test_a_replayed_graph_gives_its_static_step_bit_for_bit(pair):
-    from specdec_course.decoding import graphs
+    from specdec_course.fast import graphs
 
     target, _ = pair
     graphed = graphs.StaticSteps(target, 4, capture=True)
@@ -94,7 +94,7 @@ def test_a_replayed_graph_gives_its_static_step_bit_for_bit(pair):
 
 def test_cuda_graph_decoding_gives_the_eager_tokens(pair):
     from specdec_course.decoding import generate, speculative_generate
-    from specdec_course.ngram import NgramDraft
+    from specdec_course.drafts.ngram import NgramDraft
 
     target, draft = pair
     prompt = PROMPT.to(CUDA)

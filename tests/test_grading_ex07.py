@@ -84,7 +84,7 @@ def test_the_exact_law_matches_the_package_walk():
     g = torch.Generator().manual_seed(0)
     tl, T, V = tokens.tolist(), probs.shape[0], probs.shape[1]
     counts = torch.zeros(T * V)
-    from specdec_course.medusa.generate import _sampled_walk
+    from specdec_course.medusa.medusa_generate import _sampled_walk
 
     for _ in range(20_000):
         us = (1.0 - torch.rand(2 * T, dtype=torch.float64, generator=g)).tolist()

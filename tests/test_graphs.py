@@ -1,6 +1,6 @@
 """CUDA-graph decoding, the part a CPU can check: the static step and the loops around it.
 
-A graph replays the static step of ``decoding.graphs``; the step itself runs on any device.
+A graph replays the static step of ``fast.graphs``; the step itself runs on any device.
 Here it runs eagerly on the CPU (the check that refuses graphs off a GPU is switched off for
 these tests): its logits match the eager step's up to rounding, and the decoding loops driven
 by it give the eager loops' tokens. ``test_gpu.py`` checks the captured graphs on a GPU.
@@ -11,9 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_course.decoding import generate, graphs, proposer, speculative_generate
+from specdec_course.decoding import generate, speculative_generate
+from specdec_course.drafts import model_draft
+from specdec_course.drafts.ngram import NgramDraft
+from specdec_course.fast import derived, graphs, steps_for
 from specdec_course.model import load_pretrained
-from specdec_course.ngram import NgramDraft
 
 PROMPT = torch.tensor([18, 47, 56, 57, 58, 1, 15, 47, 58, 47, 64, 43, 52, 10, 0])
 
@@ -28,7 +30,7 @@ def static_on_cpu(monkeypatch):
     """Let ``cuda_graphs=True`` through on the CPU: the loops then run the static steps
     eagerly (``StaticSteps(capture=False)``), which is all of the graph path but the capture."""
     monkeypatch.setattr(graphs, "check_cuda_graphs", lambda dev: None)
-    monkeypatch.setattr(proposer, "check_cuda_graphs", lambda dev: None)
+    monkeypatch.setattr(model_draft, "check_cuda_graphs", lambda dev: None)
 
 
 def test_cuda_graphs_off_a_gpu_is_a_clear_error(pair):
@@ -103,7 +105,9 @@ def test_a_model_as_its_own_draft_gets_two_static_caches(pair, static_on_cpu):
     ref = generate(target, PROMPT, 40, temperature=0)
     out, st = speculative_generate(target, target, PROMPT, 40, k=3, temperature=0, cuda_graphs=True)
     assert torch.equal(out, ref) and st.acceptance_rate == 1.0
-    assert set(target._graphs) == {"target", "draft"}
-    assert target._graphs["target"].cache is not target._graphs["draft"].cache
-    target.to("cpu")  # moving the weights drops the steps recorded on the old ones
-    assert target._graphs is None
+    kept = derived._BUILT[target][2]  # beside the model, per role
+    assert {"graphs:target", "graphs:draft"} <= set(kept)
+    assert kept["graphs:target"].cache is not kept["graphs:draft"].cache
+    with torch.no_grad():
+        target.lm_head.weight.add_(0.0)  # any in-place write: the steps are captured again
+    assert steps_for(target, "target", 4, True) is not kept["graphs:target"]

@@ -189,9 +189,9 @@ def test_export_command_writes_both_folders(pair, tmp_path, capsys):
 
 
 def test_race_runs_every_method_and_greedy_tokens_agree(pair, hf_pair, val):
-    from specdec_course.bench import hf as bench_hf
-    from specdec_course.distilled import load_distilled
-    from specdec_course.ngram import NgramDraft
+    from specdec_course.bench import hf_race as bench_hf
+    from specdec_course.drafts.distilled import load_distilled
+    from specdec_course.drafts.ngram import NgramDraft
 
     ks = bench_hf.race_ks(0.0)
     methods = bench_hf.build_race(*pair, NgramDraft(), load_distilled(), *hf_pair, ks)

@@ -364,7 +364,7 @@ def coin_thresholds(p, q, draft):
     "ex01_through_a_helper": (
         "ex01",
         """
-from specdec_course.medusa.guess import sampled_chain_walk as _walk
+from specdec_course.medusa.candidates import sampled_chain_walk as _walk
 from specdec_course import plots
 def _help(p, q):
     return plots.proof_picture(p, q)
@@ -394,7 +394,7 @@ def medusa_loss(head_logits, ids):
         "ex07",
         """
 import torch
-from specdec_course.medusa.generate import _sampled_walk
+from specdec_course.medusa.medusa_generate import _sampled_walk
 def tree_walk(probs, tokens, children, generator=None):
     T = probs.shape[0]
     ch = tuple(tuple(c) for c in children)

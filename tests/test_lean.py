@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from specdec_course.devices import native_cpu_kernels, with_native_cpu_kernels
-from specdec_course.model import CharGPT, GPTConfig, LeanStep
+from specdec_course.fast import LeanStep, lean_step, rebuild
+from specdec_course.model import CharGPT, GPTConfig
 from specdec_course.sampling import NoiseBlocks
 
 ATOL = 2e-5  # float32; the step sums in another order than decode_hidden
@@ -36,7 +37,7 @@ def test_step_matches_decode_hidden_for_every_size_and_after_rollback(model):
     lean, ref = model.new_cache(1), model.new_cache(1)
     model(x[None, :8], lean)
     model(x[None, :8], ref)
-    step = model.lean_step()
+    step = lean_step(model)
     out = torch.empty(9, model.config.vocab_size)
     for T, crop in ((1, None), (4, None), (9, None), (2, 15), (1, None), (5, 12)):
         if crop is not None:  # rollback: positions past the length are stale and overwritten
@@ -60,7 +61,7 @@ def test_feed_extends_the_cache_as_a_step_does(model):
     # run the step without logits. Either way the cache is the one a forward builds.
     x = _ids(model, 25, seed=3)
     fed, ref = model.new_cache(1), model.new_cache(1)
-    step = model.lean_step()
+    step = lean_step(model)
     step.feed(x[:20], fed)  # a prefill
     step.feed(x[20:21], fed)  # a catch-up token
     model(x[None, :21], ref)
@@ -70,14 +71,31 @@ def test_feed_extends_the_cache_as_a_step_does(model):
 
 
 def test_lean_step_is_rebuilt_when_the_weights_change(model):
-    first = model.lean_step()
-    assert model.lean_step() is first  # kept between calls
+    # Kept beside the model (fast.derived), stamped with the weights' versions: any write to
+    # them (load_state_dict's copies, an optimizer's in-place step) builds it again, and the
+    # model itself holds nothing derived (copies and pickles carry weights only).
+    first = lean_step(model)
+    assert lean_step(model) is first  # kept between calls
+    model.train(False)  # no weight changes: still the same step
+    assert lean_step(model) is first
     model.load_state_dict(model.state_dict())
-    assert model.lean_step() is not first
-    second = model.lean_step()
-    model.train(False)
-    assert model.lean_step() is not second
-    assert isinstance(model.lean_step(), LeanStep)
+    second = lean_step(model)
+    assert second is not first
+    x = _ids(model, 3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)  # as an optimizer writes: in place
+    third = lean_step(model)
+    assert third is not second
+    cache, out = third.new_cache(), torch.empty(3, model.config.vocab_size)
+    with torch.inference_mode():
+        third.step(x, cache, out)
+        torch.testing.assert_close(out, model(x[None])[0], atol=ATOL, rtol=0)  # new weights
+    rebuild(model)
+    assert lean_step(model) is not third
+    assert isinstance(lean_step(model), LeanStep)
+    assert not {k for k in vars(model) if k.startswith("_") and "lean" in k}
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.5)
 
 
 def test_noise_blocks_hand_out_each_row_once_in_blocks():
@@ -137,7 +155,7 @@ def test_hidden_with_positions_and_bias_matches_decode_hidden(model):
     bias = torch.zeros(5, 15).masked_fill(
         ~torch.cat([torch.ones(5, 10, dtype=torch.bool), allowed], 1), float("-inf")
     )
-    got = model.lean_step().hidden(x[10:15], lean, depth + 10, bias)
+    got = lean_step(model).hidden(x[10:15], lean, depth + 10, bias)
     want = model.decode_hidden(x[None, 10:15], ref, depth + 10, bias)[0]
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
     assert lean.length == ref.length == 15

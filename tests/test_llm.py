@@ -127,17 +127,17 @@ def test_the_feature_path_gives_the_steps_logits_bit_for_bit(llm32):
 
 
 @pytest.mark.skipif(
-    not __import__("specdec_course.llm.fast", fromlist=["x"]).can_pack(torch.bfloat16),
+    not __import__("specdec_course.llm.packed", fromlist=["x"]).can_pack(torch.bfloat16),
     reason="oneDNN cannot run bfloat16 products on this CPU",
 )
 def test_packed_bfloat16_products_compute_what_the_plain_ones_do():
-    """``llm.fast.PackedLinear`` (oneDNN's packed product) is ``F.linear`` on the same weight,
+    """``llm.packed.PackedLinear`` (oneDNN's packed product) is ``F.linear`` on the same weight,
     to bfloat16's rounding, for one row and for several; ``llm.load(torch.bfloat16)``
     packs every block's products and the head, and its logits follow the float32 model's."""
     from torch.nn import functional as F
 
     from specdec_course import llm
-    from specdec_course.llm.fast import PackedLinear
+    from specdec_course.llm.packed import PackedLinear
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(96, 64, generator=g).bfloat16()
@@ -386,7 +386,7 @@ def test_chi_square_rejects_a_proposer_whose_q_lies(llm32):
 
 def test_bad_input_gets_a_one_line_error(llm32):
     from specdec_course import llm
-    from specdec_course.ngram import NgramDraft
+    from specdec_course.drafts.ngram import NgramDraft
 
     model, tok = llm32
     V, ctx = model.config.vocab_size, model.config.block_size

@@ -14,10 +14,10 @@ asserts from the result object that its false-failure rate is below 1e-6.
 
 import pytest
 import torch
-from helpers import assert_fits_joint3, data_readme, exact_sequence_law, peaky_model
+from helpers import assert_fits_joint3, assert_prints, data_readme, exact_sequence_law, peaky_model
 
-from specdec_course import decoding, medusa, stats
-from specdec_course.medusa.guess import hydra_top, sampler
+from specdec_course import bench, decoding, medusa, stats
+from specdec_course.medusa.candidates import hydra_top, sampler
 from specdec_course.model import GPTConfig, load_pretrained
 
 SMALL = GPTConfig(vocab_size=8, block_size=24, n_layer=1, n_head=2, n_embd=16)
@@ -146,7 +146,7 @@ def test_greedy_hydra_matches_greedy_target_up_to_the_end_of_the_context(tree):
 
 def test_greedy_shipped_hydra_matches_greedy_target(shipped, val_prompts):
     target, heads = shipped
-    trees = medusa.bench_trees(heads, 0.0)
+    trees = bench.bench_trees(heads, 0.0)
     for name, (paths, draft) in trees.items():
         accepted = 0
         for prompt in val_prompts:
@@ -234,9 +234,9 @@ def test_sampler_draws_from_the_heads_distribution():
 def test_bench_trees_are_greedy_trees_of_the_measured_acceptance(shipped):
     _, heads = shipped
     for temperature, key in ((0.0, "acceptance_greedy"), (1.0, "acceptance_sampled")):
-        trees = medusa.bench_trees(heads, temperature)
+        trees = bench.bench_trees(heads, temperature)
         acc = torch.tensor(heads.meta[key])
-        for n in medusa.TREE_SIZES:
+        for n in bench.TREE_SIZES:
             paths, draft = trees[f"top{n + 1}"]
             assert paths == medusa.greedy_tree(acc, n) and draft == "top"
         sampled = [k for k in trees if k.startswith("sample")]
@@ -247,7 +247,7 @@ def test_bench_trees_are_greedy_trees_of_the_measured_acceptance(shipped):
     assert medusa.greedy_tree(acc, 4) == [(0,), (1,), (0, 0), (0, 1)]
     bare = medusa.HydraHeads(16, 8, 2, 8)
     with pytest.raises(ValueError, match="measured acceptance"):
-        medusa.bench_trees(bare, 1.0)
+        bench.bench_trees(bare, 1.0)
 
 
 def test_bad_draft_options_raise():
@@ -287,14 +287,10 @@ def test_data_readme_gives_the_shipped_hydra_heads_figures_from_their_meta():
     except FileNotFoundError:
         pytest.skip("data/checkpoints/medusa.pt is missing")
     m = heads.meta
-    assert heads.hidden == m["hidden"] == medusa.training.HYDRA_HIDDEN
-    assert m["tv_weight"] == medusa.training.HYDRA_TV_WEIGHT
+    assert heads.hidden == m["hidden"] == medusa.head_training.HYDRA_HIDDEN
+    assert m["tv_weight"] == medusa.head_training.HYDRA_TV_WEIGHT
     text, _ = data_readme()
-    assert f"holds {m['n_heads']} Hydra heads" in text
-    assert f"and {m['n_heads']} Hydra heads ({m['params']:,} parameters)" in text
-    assert f"{m['hidden']}-wide SiLU layer; {m['steps']:,} AdamW steps" in text
-    assert f"{m['train_seconds']:.0f} s on the shared 2-core CPU" in text
-    alpha = " / ".join(f"{a:.3f}" for a in m["alpha"])
-    assert f"accepted with probability {alpha}," in text
-    top1 = " / ".join(f"{g[0]:.3f}" for g in m["acceptance_greedy"])
-    assert f"argmax {top1} of the time" in text
+    assert_prints(text, str(m["n_heads"]), f"{m['params']:,}", str(m["hidden"]))
+    assert_prints(text, f"{m['steps']:,}", f"{m['train_seconds']:.0f}")
+    assert_prints(text, *(f"{a:.3f}" for a in m["alpha"]))
+    assert_prints(text, *(f"{g[0]:.3f}" for g in m["acceptance_greedy"]))

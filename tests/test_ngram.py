@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from specdec_course import data as D
-from specdec_course import decoding, stats
+from specdec_course import decoding, drafts, stats
+from specdec_course.bench import measure_alpha
+from specdec_course.drafts.ngram import NgramDraft
 from specdec_course.model import load_pretrained
-from specdec_course.ngram import NgramDraft, measure_alpha
 from specdec_course.sampling import process_logits
 
 
@@ -131,9 +132,9 @@ def test_ngram_speculation_matches_the_exact_two_character_law(ngram, target, pr
 
 
 def test_the_ngram_drafts_from_the_q_it_reports(ngram):
-    res = decoding.audit_proposer(ngram, D.CharTokenizer().encode("ROMEO:\nWhat"), runs=20_000)
+    res = drafts.audit_proposer(ngram, D.CharTokenizer().encode("ROMEO:\nWhat"), runs=20_000)
     assert res.passed and res.false_failure_rate < 1e-6, str(res)
-    hot = decoding.audit_proposer(ngram, [0, 1], runs=20_000, temperature=0.6, top_k=8)
+    hot = drafts.audit_proposer(ngram, [0, 1], runs=20_000, temperature=0.6, top_k=8)
     assert hot.passed, str(hot)
 
 
@@ -185,7 +186,7 @@ def _first_character_counts(target, draft, runs, seed):
 
 def test_a_proposer_that_reports_another_q_is_flagged(target):
     liar = _Liar(3)
-    res = decoding.audit_proposer(liar, D.CharTokenizer().encode("the "), runs=20_000)
+    res = drafts.audit_proposer(liar, D.CharTokenizer().encode("the "), runs=20_000)
     assert not res.passed, str(res)
     # ... and so is the generation it drives: the first character's law is off (exactly:
     # TV 0.13 from p, a chi-square noncentrality of 0.117 per run, near 1,200 at 10,000

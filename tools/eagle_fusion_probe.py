@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from specdec_course import data as D
 from specdec_course.data import eval_windows
-from specdec_course.eagle import EagleDraft
-from specdec_course.eagle.training import unrolled_features
+from specdec_course.drafts.eagle import EagleDraft
+from specdec_course.drafts.eagle.eagle_training import unrolled_features
 from specdec_course.model import load_pretrained
 
 torch.set_num_threads(1)

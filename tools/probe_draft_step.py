@@ -26,6 +26,7 @@ import torch
 from specdec_course import decoding, devices
 from specdec_course.bench.speedup import validation_prompts
 from specdec_course.data import CharTokenizer
+from specdec_course.fast import draft_step
 from specdec_course.model import load_pretrained
 
 ROUNDS = 20
@@ -38,8 +39,8 @@ def _order(r: int) -> tuple[str, str]:
 def main() -> None:
     torch.set_num_threads(1)
     target, draft = load_pretrained("target").eval(), load_pretrained("draft").eval()
-    folded = draft.draft_step()
-    host = folded.host
+    folded = draft_step(draft)
+    host = folded.np_step
     if host is None:
         raise SystemExit("this draft has no NumPy step here (a CPU float32/float64 draft needed)")
     x = torch.randint(draft.config.vocab_size, (256,), generator=torch.Generator().manual_seed(0))
@@ -54,7 +55,7 @@ def main() -> None:
         with torch.inference_mode(), devices.native_cpu_kernels():
             for r in range(ROUNDS):
                 for name in _order(r):
-                    folded.host = host if name == "numpy" else None
+                    folded.np_step = host if name == "numpy" else None
                     cache = folded.new_cache()
                     folded.feed(x[:50], cache)
                     t0 = time.perf_counter()
@@ -63,7 +64,7 @@ def main() -> None:
                     step[name].append((time.perf_counter() - t0) / 200)
             for r in range(ROUNDS // 2):
                 for name in _order(r):
-                    folded.host = host if name == "numpy" else None
+                    folded.np_step = host if name == "numpy" else None
                     drafting = drafted = iterations = 0.0
                     parts = dict.fromkeys(("prefill", "draft", "target", "verify", "rest"), 0.0)
                     outs = []
@@ -84,7 +85,7 @@ def main() -> None:
                     split[name].append({key: v / iterations for key, v in parts.items()})
                     ids.setdefault(name, outs)
     finally:
-        folded.host = host
+        folded.np_step = host
     same = all(torch.equal(a, b) for a, b in zip(ids["numpy"], ids["tensor"]))
 
     def med(d, name, scale=1e6):

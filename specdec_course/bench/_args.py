@@ -60,7 +60,7 @@ def check_run(
                 if len(check_ids(p, f"prompts[{i}]", V)) == 0:
                     raise ValueError(f"prompts[{i}] is empty; give at least one token")
     if drafts is not None and target is not None:
-        from ..decoding import as_proposer
+        from ..drafts import as_proposer
 
         if not isinstance(drafts, dict) or not drafts:
             raise ValueError(f"drafts must be a non-empty dict name -> draft; got {drafts!r}")

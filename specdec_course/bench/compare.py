@@ -115,7 +115,7 @@ def stored_best(method: str, temperature: float, *, speedup=None, eagle=None) ->
     FileNotFoundError when the record is missing, ValueError for another method or a record
     without the method.
     """
-    from .eagle import RESULTS_FILE, load_eagle_results
+    from .eagle_race import RESULTS_FILE, load_eagle_results
     from .speedup import load_speedup_results
 
     check_real(temperature, "temperature", low=0.0)

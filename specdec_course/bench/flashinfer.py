@@ -55,7 +55,7 @@ def _child(cases_file: str, out_file: str, seed: int) -> None:
     from flashinfer.sampling import chain_speculative_sampling
     from triton.testing import do_bench
 
-    from .verifier import _make_inputs
+    from .verifier_sweep import _make_inputs
 
     times = {}
     for B, K, V in json.loads(Path(cases_file).read_text()):

@@ -12,22 +12,23 @@ import torch
 
 from .. import devices
 from .._validate import check_int
+from ..fast import draft_step, lean_step
 
 __all__ = ["FORWARD_SIZES", "time_forward", "forward_costs"]
 
 FORWARD_SIZES = (1, 2, 4, 8, 16)  # the sizes `bench speedup` prints
 
 
-def _forward_timer(model, n_new: int, context: int, draft: bool = False):
+def _forward_timer(model, n_new: int, context: int, draft: bool = False, numpy: bool = False):
     """A function that runs one cached step over ``n_new`` tokens (the step the loops take,
-    logits included) and returns seconds: the model's ``lean_step``, or with ``draft`` and
-    one token its ``draft_step`` (a one-layer draft's ``model.folded.FoldedStep``)."""
+    logits included) and returns seconds: ``fast.lean_step(model, numpy=numpy)``, or with
+    ``draft`` and one token ``fast.draft_step(model)`` (a one-layer draft's ``FoldedStep``)."""
     dev = model.lm_head.weight.device
     clock = devices.clock(dev)
     ids = torch.randint(
         model.config.vocab_size, (context + n_new,), generator=torch.Generator().manual_seed(0)
     ).to(dev)
-    lean = model.draft_step() if draft and n_new == 1 else model.lean_step()
+    lean = draft_step(model) if draft and n_new == 1 else lean_step(model, numpy=numpy)
     cache = lean.new_cache()
     with torch.inference_mode():
         lean.feed(ids[:context], cache)
@@ -56,7 +57,9 @@ def time_forward(model, n_new: int, *, context: int = 64, repeats: int = 200) ->
     return statistics.median(once() for _ in range(repeats))
 
 
-def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dict:
+def forward_costs(
+    target, draft, sizes=FORWARD_SIZES, repeats: int = 200, *, executor: str = "torch"
+) -> dict:
     """Cost of one cached forward over 1, 2, 4, ... new tokens, for both models.
 
     The sizes and models are timed round-robin (one call each per round, ``repeats``
@@ -67,13 +70,17 @@ def forward_costs(target, draft, sizes=FORWARD_SIZES, repeats: int = 200) -> dic
     twice what it costs in the loop. Returns ``{"sizes", "target_s", "draft_s",
     "target_rel", "c"}``: seconds per call, the target's cost relative to one token (1.0 =
     extra tokens are free: the memory-bound premise), and ``c`` = draft call / target call
-    for one token.
+    for one token. ``executor="numpy"`` times the target's NumPy step (``fast.numpy_steps``).
     """
     sizes = list(sizes)
+    numpy = executor == "numpy"
     for i, n in enumerate(sizes):
         check_int(n, f"sizes[{i}]")
     check_int(repeats, "repeats")
-    timers = [(_forward_timer(target, n, 64), _forward_timer(draft, n, 64, True)) for n in sizes]
+    timers = [
+        (_forward_timer(target, n, 64, numpy=numpy), _forward_timer(draft, n, 64, True))
+        for n in sizes
+    ]
     runs = [([], []) for _ in sizes]
     for r in range(repeats + 10):
         for (tt, dt), (ts, ds) in zip(timers, runs):

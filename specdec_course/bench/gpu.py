@@ -3,7 +3,7 @@ that measures what the course claims for a GPU and stores it for machines withou
 
 It runs, in order and in one process:
 
-1. the verifier sweep (``bench.verifier``: B in {1, 8, 32, 64, 128}, K in {1, 4, 8}, V in
+1. the verifier sweep (``bench.verifier_sweep``: B in {1, 8, 32, 64, 128}, K in {1, 4, 8}, V in
    {65, 32000, 128256}, ``triton.testing.do_bench``, the byte model and the fraction of the
    GPU's peak bandwidth) against the PyTorch reference, with FlashInfer's
    ``chain_speculative_sampling`` timed beside it where it is installed (``bench.flashinfer``);
@@ -70,7 +70,14 @@ def _wall_ms(fn) -> float:
 
 def _verifier(dry: bool, out: Path, flashinfer_timeout: float, progress: bool):
     from .flashinfer import time_flashinfer
-    from .verifier import BATCHES, DRAFTS, DRY, VOCABS, run_verifier_sweep, save_verifier_results
+    from .verifier_sweep import (
+        BATCHES,
+        DRAFTS,
+        DRY,
+        VOCABS,
+        run_verifier_sweep,
+        save_verifier_results,
+    )
 
     if dry:
         sweep = DRY
@@ -98,10 +105,10 @@ def _verifier(dry: bool, out: Path, flashinfer_timeout: float, progress: bool):
 
 def _speedup(dry: bool, dev: torch.device, machine: str, out: Path, progress: bool):
     from ..data import CharTokenizer
-    from ..distilled import load_distilled
+    from ..drafts.distilled import load_distilled
+    from ..drafts.ngram import NgramDraft
     from ..medusa import load_heads
     from ..model import load_pretrained
-    from ..ngram import NgramDraft
     from .forward import forward_costs
     from .speedup import measure_speedup, save_speedup_results, validation_prompts
 

@@ -37,7 +37,7 @@ it lies near ``peak / bandwidth`` ~ 206 tokens per call, since every bf16 weight
 does 2 flops per token.
 
 What it leaves out, and why the figures are an optimistic bound: real kernels reach a
-fraction of either peak (the verifier benchmark, ``bench.verifier``, measures one such
+fraction of either peak (the verifier benchmark, ``bench.verifier_sweep``, measures one such
 fraction), small batches leave multiprocessors idle, and the host, the sampler and the
 verifier add time (lesson 05's byte model prices the verifier). A stored GPU record
 (``tools/gpu_check.sh``) replaces all of it with measurements.

@@ -44,7 +44,7 @@ def measured_acceptance(temperature: float = 1.0, directory=None) -> dict:
     data/results/); a method missing from a record is left out. Raises ValueError when
     neither record holds ``temperature``, FileNotFoundError when a record is missing.
     """
-    from .eagle import load_eagle_results
+    from .eagle_race import load_eagle_results
     from .speedup import load_speedup_results
 
     out: dict = {}

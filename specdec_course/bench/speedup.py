@@ -195,6 +195,7 @@ def measure_speedup(
     seed: int = 0,
     progress: bool = False,
     cuda_graphs: bool = False,
+    executor: str = "torch",
 ) -> dict:
     """Plain decoding against every draft and k (and Medusa's trees), in one run.
 
@@ -217,11 +218,12 @@ def measure_speedup(
     Costs are medians over the repeats. The prompts may live anywhere; the methods run on
     the target's device (see the module docstring for GPUs and ``cuda_graphs``), and the
     result records ``device`` and ``cuda_graphs``. ``trees``: Medusa's trees, names from
-    ``medusa.TREES`` or ``{name: (paths, draft)}``; by default ``medusa.bench_trees(
+    ``medusa.TREES`` or ``{name: (paths, draft)}``; by default ``bench.bench_trees(
     medusa_heads, temperature)`` (for Hydra heads: Medusa's greedy trees over their measured
     acceptance, and at temperature > 0 chains of sampled drafts). Raises ValueError, before
     timing anything, for arguments that are not what they should be
-    (``bench._args.check_run``).
+    (``bench._args.check_run``). ``executor="numpy"`` runs the target's chain steps in NumPy
+    in both arms (``generate`` and ``speculative_generate``'s ``executor``; Medusa refused).
     """
     if not drafts and medusa_heads is None:
         raise ValueError("nothing to measure: give drafts (a dict name -> draft) or medusa_heads")
@@ -236,17 +238,20 @@ def measure_speedup(
         temperature=temperature,
     )
     from ..decoding import SpecStats, generate, speculative_generate
-    from ..medusa import bench_trees, medusa_generate
+    from ..medusa import medusa_generate
+    from .medusa_trees import bench_trees
 
     ks = list(ks)
     names = list(drafts)
     dev = target.lm_head.weight.device
     clock = devices.clock(dev)
-    graphs = {"cuda_graphs": cuda_graphs}
+    graphs = {"cuda_graphs": cuda_graphs, "executor": executor}
+    if executor != "torch" and medusa_heads is not None:
+        raise ValueError("Medusa's tree passes are tensor ops: measure it with executor='torch'")
     spec_t = {(m, k): [] for m in names for k in ks}
     plain_t = {key: [] for key in spec_t}  # the plain runs beside each method's
     per_rep = {key: [] for key in spec_t}  # each repeat's totals over the prompts
-    # Medusa's trees: {name: (paths, draft)}; by default those medusa.bench_trees picks for
+    # Medusa's trees: {name: (paths, draft)}; by default those bench.bench_trees picks for
     # the heads (Hydra heads: greedy trees over their measured acceptance, sampled chains).
     if medusa_heads is not None and trees is None:
         trees = bench_trees(medusa_heads, temperature)
@@ -469,7 +474,7 @@ def plot_time_split(results, methods=None):
 
 def load_speedup_results(directory: str | Path | None = None, *, name: str = "speedup_cpu") -> dict:
     """The stored ``bench speedup`` record (``data/results/speedup_cpu.json``; ``name=
-    "speedup_cpu_numpy"`` the one with the target's steps in NumPy, ``model.host``)."""
+    "speedup_cpu_numpy"`` the one with the target's steps in NumPy, ``fast.numpy_steps``)."""
     path = Path(directory or results_dir()) / f"{name}.json"
     if not path.is_file():
         flag = " --target-executor numpy" if name.endswith("numpy") else ""

@@ -69,7 +69,7 @@ def add_parser(sub) -> None:
         choices=["torch", "numpy"],
         default="torch",
         help="run the target's steps as tensor ops (the loops' default) or in NumPy "
-        "(model.host), in plain and speculative decoding alike; numpy writes "
+        "(fast.numpy_steps), in plain and speculative decoding alike; numpy writes "
         "speedup_cpu_numpy.{json,png}",
     )
     _add_out(s)
@@ -245,10 +245,8 @@ def _speedup(args) -> int:
         heads = load_heads(target=target, kind="hydra")  # the shipped file's Hydra heads
     temps = [args.temperature] if args.temperature is not None else [1.0, 0.0]
     ks = (1, 2, 3, 4) if args.quick else bench.SPEEDUP_KS
-    numpy_target = args.target_executor == "numpy"
-    if numpy_target:  # every target step, in both arms: plain and speculative decoding
-        target.lean_step().use_numpy()
-    costs = bench.forward_costs(target, drafts.get("draft", target))
+    # Every target step in both arms (plain and speculative decoding) runs on this executor.
+    costs = bench.forward_costs(target, drafts.get("draft", target), executor=args.target_executor)
     print("cost of one cached forward (median):")
     for n, t, rel in zip(costs["sizes"], costs["target_s"], costs["target_rel"]):
         print(f"  target, {n:2d} new tokens: {t * 1e6:7.0f} us = {rel:.2f} x one token")
@@ -263,6 +261,7 @@ def _speedup(args) -> int:
             temperature=temperature,
             repeats=repeats,
             progress=True,
+            executor=args.target_executor,
         )
         results.append(res)
         print(bench.format_speedup_table(res))
@@ -273,6 +272,7 @@ def _speedup(args) -> int:
     )
     if args.repeats is not None:
         command += f" --repeats {args.repeats}"
+    numpy_target = args.target_executor == "numpy"
     if numpy_target:
         command += " --target-executor numpy"
     name = "speedup_cpu_numpy" if numpy_target else None
@@ -303,7 +303,7 @@ def _beyond(args) -> int:
     """Dynamic k, the batch-size regime and block verification on this CPU (lessons 08, 09)."""
     from .. import bench
     from ..data import CharTokenizer
-    from ..distilled import load_distilled
+    from ..drafts.distilled import load_distilled
     from ..model import load_pretrained
 
     torch.set_num_threads(1)

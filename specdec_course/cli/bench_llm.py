@@ -53,7 +53,7 @@ def add_parser(what) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..bench import llm as bench_llm
+    from ..bench import llm_calls as bench_llm
     from ..bench import llm_race
     from ..model import load_pretrained
 

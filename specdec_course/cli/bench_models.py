@@ -70,12 +70,12 @@ def add_hf(what) -> None:
 
 
 def _hf(args) -> int:
-    """HF generate against the package's loops (bench.hf), this CPU, one thread."""
+    """HF generate against the package's loops (bench.hf_race), this CPU, one thread."""
     checked(args)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1; got {args.repeats}")
     try:
-        from ..bench import hf as bench_hf
+        from ..bench import hf_race as bench_hf
         from ..hf import require_transformers
 
         require_transformers()

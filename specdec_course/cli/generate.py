@@ -177,13 +177,15 @@ def run(args) -> int:
     draft = heads = None  # built before the clock starts: the timing is of decoding alone
     if args.method in DRAFTING:  # the shipped chain drafts (bench.load_drafts)
         from ..bench import load_drafts
+        from ..fast import draft_step
 
         name = "draft" if args.method == "speculative" else args.method
         draft = load_drafts(target, [name])[name]
         if name == "draft":
-            draft.draft_step()  # part of loading it: the first step would build it otherwise
+            draft_step(draft)  # part of loading it: the first step would build it otherwise
     elif args.method == "medusa":
-        from ..medusa import bench_trees, load_heads, medusa_generate
+        from ..bench import bench_trees
+        from ..medusa import load_heads, medusa_generate
 
         # The heads and trees the stored bench measured: Hydra heads, trees built from their
         # measured acceptance (names such as top4, sample3), each with its kind of draft.

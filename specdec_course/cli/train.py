@@ -125,7 +125,7 @@ def _no_model_options(args) -> None:
 
 
 def _train_eagle(args) -> int:
-    from ..eagle import train_shipped_eagle
+    from ..drafts.eagle import train_shipped_eagle
 
     out, meta = train_shipped_eagle(steps=args.steps, seed=args.seed, out=args.out)
     print(
@@ -161,7 +161,7 @@ def _train_medusa(args) -> int:
 def _distil_ngram(args) -> int:
     if args.steps is not None:
         raise ValueError("--steps does not apply to --preset ngram: it is one forward pass")
-    from ..distilled import DISTILLED_FILE, DistilledNgramDraft
+    from ..drafts.distilled import DISTILLED_FILE, DistilledNgramDraft
     from ..model import load_pretrained
     from ..paths import checkpoints_dir
 
@@ -177,7 +177,7 @@ def _distil_ngram(args) -> int:
 
 
 def _train_fused(args) -> int:
-    from ..eagle import train_shipped_fused
+    from ..drafts.eagle import train_shipped_fused
 
     out, meta = train_shipped_fused(steps=args.steps, seed=args.seed, out=args.out)
     print(
@@ -189,7 +189,7 @@ def _train_fused(args) -> int:
 
 
 def _train_recurrent(args) -> int:
-    from ..eagle import train_shipped_recurrent
+    from ..drafts.eagle import train_shipped_recurrent
 
     out, meta = train_shipped_recurrent(steps=args.steps, seed=args.seed, out=args.out)
     print(

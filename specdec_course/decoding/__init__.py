@@ -7,20 +7,20 @@ scores all of them in one forward pass, and the verifier keeps the accepted pref
 recovered or bonus token; the output is distributed exactly as ``generate``'s (and at
 temperature 0 it is the same tokens). ``SpecStats`` counts what a call did.
 
-Modules: ``plain`` (generate, the prompt check), ``proposer`` (the interface, the draft
-model, ``audit_proposer``), ``speculative`` (the loop, as Algorithm 1) and what it is
-given to decide once per run: ``scoring`` (how the target scores the drafts),
-``row_verifier`` (how a row is verified), ``recorder`` (``SpecStats``, timings, callbacks),
-``dynamic`` (how many tokens to draft: ``FixedK``, ``HeuristicK``, ``ControllerK``);
-``stats`` (``SpecStats``); ``batched`` (many rows at once; its drafters in
-``batch_drafts``).
+Modules: ``plain`` (generate, the prompt check), ``speculative`` (the loop, as Algorithm 1)
+and what it is given to decide once per run: ``scoring`` (how the target scores the
+drafts), ``row_verifier`` (how a row is verified), ``recorder`` (``SpecStats``, timings,
+callbacks), ``dynamic`` (how many tokens to draft: ``FixedK``, ``HeuristicK``,
+``ControllerK``); ``spec_stats`` (``SpecStats``); ``batched`` (many rows at once; its
+drafters in ``batch_drafts``). The drafts themselves (the ``Proposer`` interface, the draft
+model, n-grams, the EAGLE family) live in ``specdec_course.drafts``; the cached steps the
+loops take in ``specdec_course.fast``.
 """
 
 from .dynamic import ControllerK, HeuristicK, KPolicy
 from .plain import caches_consistent, check_prompt, generate
-from .proposer import ModelProposer, Proposer, as_proposer, audit_proposer
+from .spec_stats import SpecStats
 from .speculative import speculative_generate
-from .stats import SpecStats
 
 __all__ = [
     "SpecStats",
@@ -28,10 +28,6 @@ __all__ = [
     "generate",
     "speculative_generate",
     "caches_consistent",
-    "Proposer",
-    "ModelProposer",
-    "as_proposer",
-    "audit_proposer",
     "KPolicy",
     "HeuristicK",
     "ControllerK",

@@ -10,8 +10,8 @@ V]``. Three drafters, chosen once (``batch_drafter``):
   every row's drafts looked up from its own context, ``q`` the table rows they were drawn
   from (NumPy);
 - ``FoldedDrafts``: one row with a one-layer draft model, its folded step
-  (``model.folded``: NumPy on a CPU), as the batch-1 loop takes;
-- ``RaggedDrafts``: the draft model's lean ragged step for a batch (``model.ragged``).
+  (``fast.folded``: NumPy on a CPU), as the batch-1 loop takes;
+- ``RaggedDrafts``: the draft model's lean ragged step for a batch (``fast.ragged``).
 
 Draft cache invariant (see ``batched``): with ``n_b`` tokens committed in row ``b`` the
 draft's cache holds ``x[0 .. n_b - 3]``, and a proposal starts by feeding the last two
@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..model import FoldedStep
-from ..model.ragged import batch_steps
+from ..fast import FoldedStep, batch_steps, draft_step
 from ..sampling import SamplingOptions
 
 __all__ = ["TableDrafts", "FoldedDrafts", "RaggedDrafts", "batch_drafter"]
@@ -72,7 +71,7 @@ class _ModelDrafts:
 
 
 class FoldedDrafts(_ModelDrafts):
-    """One row, a one-layer draft's folded step (``model.folded``), token by token."""
+    """One row, a one-layer draft's folded step (``fast.folded``), token by token."""
 
     def __init__(self, draft, smp, out, n, feed, k: int, dtype, fold: FoldedStep):
         super().__init__(draft, smp, out, n, feed, k, dtype)
@@ -100,7 +99,7 @@ class FoldedDrafts(_ModelDrafts):
 
 
 class RaggedDrafts(_ModelDrafts):
-    """Every row at once, the draft model's lean ragged step (``model.ragged``)."""
+    """Every row at once, the draft model's lean ragged step (``fast.ragged``)."""
 
     def __init__(self, draft, smp, out, n, feed, k: int, dtype):
         super().__init__(draft, smp, out, n, feed, k, dtype)
@@ -130,7 +129,7 @@ def batch_drafter(draft, table: bool, smp: SamplingOptions, out, n, feed, k: int
     target's). Call ``prefill(ids)`` before the first ``propose``."""
     if table:
         return TableDrafts(draft, smp, out, n, feed, k)
-    fold = draft.draft_step() if out.shape[0] == 1 else None
+    fold = draft_step(draft) if out.shape[0] == 1 else None
     if isinstance(fold, FoldedStep):
         return FoldedDrafts(draft, smp, out, n, feed, k, dtype, fold)
     return RaggedDrafts(draft, smp, out, n, feed, k, dtype)

@@ -20,7 +20,7 @@ drafts is a drafter chosen once (``batch_drafts``: an n-gram table, the folded o
 step, the ragged model step), the verdict a ``_BatchVerifier``, the seconds a
 ``recorder.Recorder``.
 
-Both loops take the same lean steps (``model.ragged.batch_steps``): for a batch,
+Both loops take the same lean steps (``fast.batch_steps``): for a batch,
 ``RaggedSteps`` (one ``index_copy_`` per layer writes every row's keys and values at its
 own slots; the ragged mask is rows of the causal bias, selected, never built); for one row,
 the batch-1 ``LeanStep``. Speculation on one row with the token rule is
@@ -46,15 +46,15 @@ import torch
 from .._validate import check_generator, check_ids, check_int, check_proposer_fits
 from ..block_verifier import block_verify_prepared
 from ..devices import with_native_cpu_kernels
+from ..fast import batch_steps
 from ..model import CharGPT, check_model
-from ..model.ragged import batch_steps
 from ..sampling import SamplingOptions, accepts, exp_noise, residual_race, uniform_open_closed
 from ..verifier import VerifierInputs
 from .batch_drafts import batch_drafter
 from .plain import gumbel
 from .recorder import Recorder
+from .spec_stats import SpecStats
 from .speculative import speculative_generate
-from .stats import SpecStats
 
 __all__ = ["check_prompts", "generate_batch", "speculative_generate_batch"]
 
@@ -115,7 +115,7 @@ def generate_batch(
         return ids.clone()
     V = model.config.vocab_size
     noise = None if smp.greedy else gumbel(exp_noise((max_new_tokens, B, V), generator=generator))
-    steps = batch_steps(model, B)  # the lean step for B rows (model.ragged), as speculation's
+    steps = batch_steps(model, B)  # the lean step for B rows (fast.ragged), as speculation's
     if n0 > 1:
         steps.prefill(ids[:, : n0 - 1])
     logits = torch.empty(B, V, dtype=model.lm_head.weight.dtype)
@@ -200,7 +200,7 @@ def speculative_generate_batch(
     out[:, :n0] = ids
     n = torch.full((B,), n0, dtype=torch.long)
     feed = torch.empty(k + 1, B, dtype=torch.long)  # the target's input: pending, drafts
-    ts = batch_steps(target, B)  # the lean step for B rows and its cache (model.ragged)
+    ts = batch_steps(target, B)  # the lean step for B rows and its cache (fast.ragged)
     ts.prefill(ids[:, : n0 - 1])
     drafter = batch_drafter(draft, table, smp, out, n, feed, k, dt)
     drafter.prefill(ids)
@@ -239,7 +239,7 @@ def speculative_generate_batch(
         out_h[rows, n_h[:, None] + cols[: tok.shape[1]]] = tok
         history.append((n_h.copy(), a))
         n_h += np.where(n_h < end, a + 1, 0)  # n (a tensor) sees it: the same memory
-        # Rollback is nothing: the caches' positions are the loop's n (model.ragged).
+        # Rollback is nothing: the caches' positions are the loop's n (fast.ragged).
         rec.lap("verify")
     _count(stats, history, end, k)
     if until == "first":

@@ -8,11 +8,11 @@ import torch
 
 from .._validate import check_generator, check_ids, check_int
 from ..devices import with_native_cpu_kernels
-from ..model import CharGPT, FoldedCache, KVCache, check_model
+from ..fast import FoldedCache, steps_for
+from ..model import CharGPT, KVCache, check_model
 from ..sampling import SamplingOptions, exp_noise
-from .graphs import steps_for
 
-__all__ = ["check_prompt", "generate", "caches_consistent", "gumbel"]
+__all__ = ["check_prompt", "check_executor", "generate", "caches_consistent", "gumbel"]
 
 
 # ------------------------------------------------------------------------------ input checks
@@ -63,6 +63,7 @@ def generate(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     cuda_graphs: bool = False,
+    executor: str = "torch",
 ) -> torch.Tensor:
     """Plain autoregressive decoding with the KV cache: one model call per new token.
 
@@ -70,11 +71,13 @@ def generate(
     the model's next-token distribution after temperature, top-k and top-p (as
     ``sampling.process_logits``; ``temperature=0`` is greedy and draws no random numbers),
     with Gumbel noise drawn from ``generator`` on its own device (a CPU generator gives the
-    same noise whatever device the model is on). Each step is the model's ``lean_step``
-    (``model.lean``), the same one-token step the draft model takes in speculative decoding,
+    same noise whatever device the model is on). Each step is ``fast.lean_step(model)``
+    (``fast.lean``), the same one-token step the draft model takes in speculative decoding,
     so a speedup over this loop is not a speedup over a slower step. ``cuda_graphs=True``
-    replays each step as a CUDA graph (``decoding.graphs``; the model must be on a CUDA
-    GPU). Returns the 1-D
+    replays each step as a CUDA graph (``fast.graphs``; the model must be on a CUDA
+    GPU); ``executor="numpy"`` runs each step in NumPy (``fast.numpy_steps``; a CPU model of
+    dtype float32 or float64), as ``bench speedup --target-executor numpy`` times both arms.
+    Returns the 1-D
     sequence ``prompt + max_new_tokens`` new ids on the model's device. Raises ValueError
     for an empty or out-of-vocabulary prompt, bad options, a total length beyond the
     model's block size, or ``cuda_graphs`` with a model that is not on a CUDA GPU.
@@ -93,8 +96,9 @@ def generate(
     noise = None
     if not smp.greedy:
         noise = gumbel(exp_noise((max_new_tokens, V), generator=generator, device=dev))
-    # One-token steps: the lean step (model.lean) or, with graphs, a graph replay.
-    steps = steps_for(model, "target", 1, cuda_graphs)
+    # One-token steps: the lean step (fast.lean; NumPy with executor="numpy") or, with
+    # graphs, a graph replay.
+    steps = steps_for(model, "target", 1, cuda_graphs, numpy=check_executor(executor))
     cache = steps.cache
     logits = model(out[None, :n0], cache)[0, -1:]  # [1, V]
     for i in range(n0, end):
@@ -108,12 +112,20 @@ def generate(
     return out
 
 
+def check_executor(executor) -> bool:
+    """True for ``executor="numpy"`` (the target's chain steps in NumPy), False for
+    ``"torch"`` (tensor ops, the default); ValueError for anything else."""
+    if executor not in ("torch", "numpy"):
+        raise ValueError(f"executor must be 'torch' or 'numpy'; got {executor!r}")
+    return executor == "numpy"
+
+
 def caches_consistent(
     model: CharGPT, cache: KVCache, ids: torch.Tensor, atol: float = 1e-5
 ) -> bool:
     """True when ``cache`` holds exactly the keys/values of a fresh run over ``ids[:length]``.
 
-    A ``FoldedCache`` (a one-layer draft's ``draft_step``) is compared in its own layout:
+    A ``FoldedCache`` (a one-layer draft's ``fast.draft_step``) is compared in its own layout:
     the fresh run's keys transposed, its values times the output projection, per head."""
     fresh = model.new_cache(1)
     with torch.inference_mode():

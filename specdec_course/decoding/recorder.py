@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 
 from .. import devices
-from .proposer import ModelProposer
-from .stats import SpecStats
+from ..drafts.model_draft import ModelProposer
+from .spec_stats import SpecStats
 
 __all__ = ["Recorder"]
 

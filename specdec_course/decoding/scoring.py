@@ -6,9 +6,9 @@ the cache: it is *pending*) followed by the drafts. ``TargetScorer`` holds that 
 written in place (``drafts`` is where the proposer writes), the target's cache and the step
 that extends it, chosen once for the run:
 
-- the model's eager step (``model.lean.LeanStep``, or its NumPy twin after ``use_numpy``),
-  through ``graphs.EagerSteps``; or the CUDA-graph replay (``graphs.StaticSteps``) with
-  ``cuda_graphs=True``;
+- the model's eager step (``fast.lean.LeanStep``, or its NumPy twin with
+  ``executor="numpy"``), through ``fast.graphs.EagerSteps``; or the CUDA-graph replay
+  (``fast.graphs.StaticSteps``) with ``cuda_graphs=True``;
 - ``FeatureScorer`` for a proposer that reads the target's features (EAGLE-style drafts,
   ``proposer``'s ``observe_target``): the same eager step, split at the last hidden state
   so that the features are passed on before the logits are computed from them.
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from ..fast import steps_for
 from ..model import CharGPT
-from .graphs import steps_for
 
 __all__ = ["TargetScorer", "FeatureScorer", "target_scorer"]
 
@@ -34,9 +34,9 @@ class TargetScorer:
     ``[kk + 1, V]`` of the pending token and the ``kk`` drafts in ``drafts[:kk]`` (a buffer
     the next call overwrites), and ``commit(n, token)`` after each verdict."""
 
-    def __init__(self, target: CharGPT, k: int, cuda_graphs: bool = False):
+    def __init__(self, target: CharGPT, k: int, cuda_graphs: bool = False, numpy: bool = False):
         self.target = target
-        self.step = steps_for(target, "target", k + 1, cuda_graphs)
+        self.step = steps_for(target, "target", k + 1, cuda_graphs, numpy)
         self.cache = self.step.cache
         dev = target.lm_head.weight.device
         self.feed = torch.empty(1, k + 1, dtype=torch.long, device=dev)  # pending, drafts
@@ -86,12 +86,17 @@ class FeatureScorer(TargetScorer):
         return self.lean.logits(hidden, self.step.out[: kk + 1])
 
 
-def target_scorer(target: CharGPT, proposer, k: int, cuda_graphs: bool) -> TargetScorer:
+def target_scorer(
+    target: CharGPT, proposer, k: int, cuda_graphs: bool, numpy: bool = False
+) -> TargetScorer:
     """The scorer for ``proposer``: a ``FeatureScorer`` when it has ``observe_target``, else
-    a ``TargetScorer`` (graphed with ``cuda_graphs``). Raises ValueError for a proposer that
-    observes the target with ``cuda_graphs`` (its step is the eager one)."""
+    a ``TargetScorer`` (graphed with ``cuda_graphs``, in NumPy with ``numpy``). Raises
+    ValueError for a proposer that observes the target with ``cuda_graphs`` or ``numpy`` (its
+    step is the eager tensor one)."""
     if getattr(proposer, "observe_target", None) is None:
-        return TargetScorer(target, k, cuda_graphs)
+        return TargetScorer(target, k, cuda_graphs, numpy)
     if cuda_graphs:
         raise ValueError("a proposer with observe_target runs eager steps; drop cuda_graphs")
+    if numpy:
+        raise ValueError("a proposer with observe_target reads tensor features: executor='torch'")
     return FeatureScorer(target, k, proposer)

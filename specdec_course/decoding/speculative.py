@@ -16,7 +16,7 @@ The loop reads as Algorithm 1: propose, one target call, verify, commit and crop
 What is not the algorithm is a collaborator chosen once per run, each in its own module:
 
 - ``scoring``: how the target scores the pending token and the drafts (its eager lean step,
-  NumPy after ``use_numpy``, CUDA-graph replays, or split at the features for a proposer
+  NumPy with ``executor="numpy"``, CUDA-graph replays, or split at the features for a proposer
   that reads them), with its cache and its input buffer;
 - ``row_verifier``: how a row is verified (greedy; the token rule
   ``verifier.rejection_sample_row``; the block rule ``block_verifier.block_verify_row``),
@@ -33,19 +33,19 @@ from __future__ import annotations
 
 import torch
 
-from .._validate import check_generator, check_int, check_proposer_fits
+from .._validate import check_generator, check_int
 from ..block_verifier import block_verify_row
-from ..devices import check_same_device, with_native_cpu_kernels
+from ..devices import with_native_cpu_kernels
+from ..drafts.proposer import fitted_proposer
 from ..model import CharGPT
 from ..sampling import SamplingOptions
 from ..verifier import rejection_sample_row
 from .dynamic import FixedK, check_policy
-from .plain import check_prompt
-from .proposer import as_proposer
+from .plain import check_executor, check_prompt
 from .recorder import Recorder
 from .row_verifier import row_verifier
 from .scoring import target_scorer
-from .stats import SpecStats
+from .spec_stats import SpecStats
 
 __all__ = ["speculative_generate"]
 
@@ -68,6 +68,7 @@ def speculative_generate(
     cuda_graphs: bool = False,
     k_policy=None,
     verify: str = "token",
+    executor: str = "torch",
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding: the draft proposes ``k`` tokens, the target verifies them at once.
 
@@ -85,7 +86,8 @@ def speculative_generate(
     every iteration with the committed ids so far (``draft_cache`` is the draft model's
     cache, ``None`` for other proposers).
     ``cuda_graphs=True`` replays the target's steps and the draft model's as CUDA graphs
-    (``decoding.graphs``; the models must be on a CUDA GPU).
+    (``fast.graphs``; the models must be on a CUDA GPU); ``executor="numpy"`` runs the
+    target's steps in NumPy, as ``generate(..., executor="numpy")`` does.
 
     ``k_policy`` (``decoding.dynamic``: ``HeuristicK``, ``ControllerK``, ...) picks each
     iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
@@ -126,7 +128,7 @@ def speculative_generate(
     # Chosen once: how the target scores (its step, its cache, and its input, whose draft
     # slots the proposer writes) and how a row is verified (the token rule or the block
     # rule, with the random numbers it will use, drawn now).
-    scorer = target_scorer(target, proposer, k, cuda_graphs)
+    scorer = target_scorer(target, proposer, k, cuda_graphs, check_executor(executor))
     rule = rejection_sample_row if verify == "token" else block_verify_row
     verifier = row_verifier(rule, smp, target, scorer.drafts, max_new_tokens, generator)
     rec.start(dev)
@@ -167,13 +169,7 @@ def _checked(target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_
     # The entry checks: the prompt (as 1-D ids), the draft as a proposer that fits the
     # target, the options, and the k policy (a fixed k when none is given).
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
-    proposer = as_proposer(draft, cuda_graphs=graphs)
-    check_proposer_fits(proposer, target)
-    if isinstance(draft, CharGPT):
-        check_prompt(draft, ids, max_new_tokens, "draft")
-    dev = target.lm_head.weight.device
-    if getattr(proposer, "device", dev) != dev:
-        check_same_device("the draft", proposer.device, "the target", dev)
+    proposer = fitted_proposer(draft, target, ids.numel() + max_new_tokens, cuda_graphs=graphs)
     check_int(k, "k (drafts per iteration)")
     check_generator(generator)
     if verify not in ("token", "block"):

@@ -18,7 +18,7 @@ few bytes):
 
 The draft is trained on the target's own outputs (self-distillation, as Medusa-1 does):
 ``llm.distill``. ``FeatureDraftProposer`` drives it in ``decoding.speculative_generate``
-through the ``observe_target`` hook (see ``decoding.proposer``).
+through the ``observe_target`` hook (see ``drafts.proposer``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..decoding.proposer import draft_noise
+from ..drafts.noise import draft_noise
 
 __all__ = ["FeatureDraft", "FeatureDraftProposer"]
 
@@ -67,7 +67,7 @@ class FeatureDraft(nn.Module):
 
 
 class FeatureDraftProposer:
-    """``FeatureDraft`` as a proposer (``decoding.proposer``'s protocol, with
+    """``FeatureDraft`` as a proposer (``drafts.proposer``'s protocol, with
     ``observe_target``): a proposal starts from the newest committed feature ``f_{n-2}`` and
     the pending token ``x_{n-1}``, and drafts ``k`` tokens, each sampled (Gumbel-max) from
     the processed logits over the reduced vocabulary; ``q`` is that distribution placed in

@@ -2,7 +2,7 @@
 
 The weight dtype, chosen by measurement: float32. A decode step reads every weight, so
 bfloat16 (270 MB instead of 540 MB) should make a memory-bound step cheaper where the CPU
-multiplies bfloat16 natively, and it does through oneDNN's packed product (``llm.fast``; ATen's
+multiplies bfloat16 natively, and it does through oneDNN's packed product (``llm.packed``; ATen's
 own bfloat16 product at a few rows is compute-bound and grows with every row). On the
 course's 2-core machine (Intel Xeon, AVX512-BF16, torch 2.13; one cached call after a
 300-token context, 2 threads, oneDNN off as the loops run): float32 28-30 ms for 1 token and
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fast
+from . import packed
 from .gguf_load import read_gguf
 from .model import Llama, LlamaConfig
 from .tokenizer import GGUFTokenizer
@@ -37,7 +37,7 @@ _loaded: dict = {}
 
 
 def default_dtype() -> torch.dtype:
-    """float32: bfloat16 is faster where the CPU multiplies it natively (``fast.native_bf16``)
+    """float32: bfloat16 is faster where the CPU multiplies it natively (``packed.native_bf16``)
     but a call of k + 1 tokens does not reproduce a call of one bit for bit, and greedy
     speculative text drifts from plain greedy text (the module docstring)."""
     return torch.float32
@@ -45,7 +45,7 @@ def default_dtype() -> torch.dtype:
 
 def build(config: dict, tensors: dict, dtype: torch.dtype) -> Llama:
     """A ``Llama`` from ``gguf_load.read_gguf``'s config and float32 tensors; in bfloat16 its
-    products are packed for oneDNN (``fast.pack``)."""
+    products are packed for oneDNN (``packed.pack``)."""
     cfg = LlamaConfig(**config)
     model = Llama(cfg, compute_dtype=dtype)
     state = {}
@@ -67,7 +67,7 @@ def build(config: dict, tensors: dict, dtype: torch.dtype) -> Llama:
         raise ValueError(
             f"GGUF tensors do not fit the model: missing {missing}, extra {unexpected}"
         )
-    return fast.pack(model.finish_loading())
+    return packed.pack(model.finish_loading())
 
 
 def load(dtype: torch.dtype | None = None) -> tuple[Llama, GGUFTokenizer]:

@@ -40,7 +40,7 @@ def lookup(ctx: np.ndarray, k: int, min_n: int = 1, max_n: int = 4) -> np.ndarra
 
 
 class PromptLookup:
-    """Prompt lookup as a proposer for ``decoding.speculative_generate`` (``decoding.proposer``).
+    """Prompt lookup as a proposer for ``decoding.speculative_generate`` (``drafts.proposer``).
 
     ``PromptLookup(model, min_n=1, max_n=4)``: built for ``model`` (the loop refuses another
     target). ``propose`` copies up to ``k`` tokens (``lookup``), fewer where the match is

@@ -44,28 +44,16 @@ guesses when sampling. The shipped file holds both kinds (``load_heads(kind="hyd
 
 The package, one concept a module: ``heads`` (the heads and their loss), ``hydra`` (the
 sequentially dependent heads and their training), ``tree`` (trees, their buffers, the
-verification pass and ``compact_cache``), ``guess`` (filling a tree from the heads, the
-sampled chain's walk, the benchmark's trees), ``generate`` (``medusa_generate`` and the
-benchmark helper ``run_medusa``) and ``training`` (accuracy, training, checkpoints).
+verification pass and ``compact_cache``), ``candidates`` (filling a tree from the heads,
+the sampled chain's walk), ``medusa_generate`` (the loop) and ``head_training`` (accuracy,
+training, checkpoints). The trees the benchmark runs are ``bench.bench_trees``.
 Every public name is re-exported here: ``from specdec_course import medusa; medusa.X``.
 """
 
 from __future__ import annotations
 
-from .generate import MedusaStats, medusa_generate, run_medusa
-from .guess import DRAFTS, TREE_SIZES, bench_trees, sampled_chain_walk
-from .heads import (
-    DEFAULT_HEADS,
-    LOSS_DECAY,
-    MedusaHead,
-    MedusaHeads,
-    ResBlock,
-    head_targets,
-    loss_weights,
-    medusa_loss,
-)
-from .hydra import DEFAULT_HIDDEN, HydraHeads, hydra_acceptance, hydra_loss, train_hydra
-from .training import (
+from .candidates import DRAFTS, sampled_chain_walk
+from .head_training import (
     HYDRA_STEPS,
     REBUILD_COMMAND,
     HeadsTrainResult,
@@ -77,6 +65,18 @@ from .training import (
     train_shipped_heads,
     train_shipped_hydra,
 )
+from .heads import (
+    DEFAULT_HEADS,
+    LOSS_DECAY,
+    MedusaHead,
+    MedusaHeads,
+    ResBlock,
+    head_targets,
+    loss_weights,
+    medusa_loss,
+)
+from .hydra import DEFAULT_HIDDEN, HydraHeads, hydra_acceptance, hydra_loss, train_hydra
+from .medusa_generate import MedusaStats, medusa_generate
 from .tree import (
     CHAIN,
     TREE_LARGE,
@@ -118,7 +118,6 @@ __all__ = [
     "save_heads",
     "load_heads",
     "REBUILD_COMMAND",
-    "run_medusa",
     "train_shipped_heads",
     "HydraHeads",
     "DEFAULT_HIDDEN",
@@ -128,7 +127,5 @@ __all__ = [
     "train_shipped_hydra",
     "HYDRA_STEPS",
     "DRAFTS",
-    "TREE_SIZES",
-    "bench_trees",
     "sampled_chain_walk",
 ]

@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from .._validate import check_int
+from ..fast import lean_step
 from ..model import CharGPT, KVCache
+from ..model.checks import check_forward
 
 # Named trees (lists of paths; a path's i-th entry is the rank of head i+1's guess).
 # CHAIN: every head's top-1 guess, one after the other: the draft-model picture.
@@ -225,7 +227,7 @@ def tree_forward(
             f"{L} cached + {T} tree tokens exceed block_size "
             f"{model.config.block_size}; use fewer nodes (tokens[:n])"
         )
-    model._check_idx(tokens[None], cache)
+    check_forward(model, tokens[None], cache)
     tree = tree.to(tokens.device)
     prefix = tokens.new_zeros(()).float().expand(T, L)
     return _tree_pass(model, tokens, cache, tree, torch.cat([prefix, tree.bias[:T, :T]], dim=1))
@@ -237,15 +239,17 @@ def _tree_pass(
     cache: KVCache,
     tree: TreeBuffers,
     bias: torch.Tensor | None,
+    lean=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # tree_forward without its checks (callers check): the model's unchecked cached forward,
     # every node seeing the cached prefix and its own ancestors (``bias``: the additive mask
     # [T, L + T]), at position L + depth; ``bias=None`` for a chain, whose nodes are a run of
     # consecutive positions under the causal mask (the lean step's own path, no mask or
     # positions to pass). Returns (logits [T, V], hidden [T, n_embd]). The pass is the model's
-    # lean step (model.lean), as plain decoding's: no slower step to beat.
+    # lean step (fast.lean), as plain decoding's: no slower step to beat (``lean``: the
+    # caller's, looked up once per generation).
     T, L = feed.numel(), cache.length
-    lean = model.lean_step()
+    lean = lean_step(model) if lean is None else lean
     if T == 1 or bias is None:
         hidden = lean.hidden(feed, cache)
     else:

@@ -12,24 +12,22 @@ an integer ``length``; a cached forward writes the new keys/values in place at
 
 Presets: ``TARGET`` (4 layers) and ``DRAFT`` (1 layer) share the vocabulary and a context of
 256 characters. ``load_pretrained("target" | "draft")`` loads the shipped checkpoints.
+The model holds no state derived from its weights: the decoding loops' fast steps are built
+from it by ``specdec_course.fast``.
 """
 
 from __future__ import annotations
 
 from .cache import KVCache
 from .checkpoints import load_checkpoint, load_pretrained, rebuild_command, save_checkpoint
+from .checks import check_model
 from .config import DRAFT, PRESETS, TARGET, GPTConfig, preset
-from .folded import FoldedCache, FoldedStep
-from .gpt import CharGPT, check_model
-from .lean import LeanStep
+from .gpt import CharGPT
 
 __all__ = [
     "GPTConfig",
     "CharGPT",
     "KVCache",
-    "LeanStep",
-    "FoldedStep",
-    "FoldedCache",
     "TARGET",
     "DRAFT",
     "PRESETS",

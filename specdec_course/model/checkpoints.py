@@ -10,8 +10,9 @@ import torch
 from ..devices import DeviceLike
 from ..devices import device as pick_device
 from ..paths import checkpoints_dir
+from .checks import check_model
 from .config import PRESETS, GPTConfig
-from .gpt import CharGPT, check_model
+from .gpt import CharGPT
 
 
 def rebuild_command(name: str) -> str:

@@ -47,7 +47,7 @@ PUBLIC_IMPLEMENTATIONS = (
     "specdec_course.sampling.residual_distribution",
     "specdec_course.sampling.speculative_sample",
     "specdec_course.plots.proof_picture",
-    "specdec_course.medusa.guess.sampled_chain_walk",
+    "specdec_course.medusa.candidates.sampled_chain_walk",
     "specdec_course.decoding.batched._token_verify",
     *RULE_IMPLEMENTATIONS,
 )

@@ -41,9 +41,9 @@ from .compaction import check_compact_cache
 # Not in the sandbox while ex07 is graded (grading.judge.withheld): the package's tree walks
 # (greedy and sampled, and the chain walk they share) and its cache compaction.
 PUBLIC_IMPLEMENTATIONS = (
-    "specdec_course.medusa.generate._greedy_walk",
-    "specdec_course.medusa.generate._sampled_walk",
-    "specdec_course.medusa.guess.sampled_chain_walk",
+    "specdec_course.medusa.medusa_generate._greedy_walk",
+    "specdec_course.medusa.medusa_generate._sampled_walk",
+    "specdec_course.medusa.candidates.sampled_chain_walk",
     "specdec_course.medusa.tree.compact_cache",
     "specdec_course.medusa.tree._move_slots",
 )

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from specdec_course import medusa
-from specdec_course.medusa.generate import _greedy_walk
+from specdec_course.medusa.medusa_generate import _greedy_walk
 from specdec_course.stats import chi_square_test, round_probs
 from specdec_course.stats import counts as _counts
 
