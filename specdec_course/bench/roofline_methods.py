@@ -93,7 +93,7 @@ def recurrent_token_fraction() -> float:
     where a step costs the bytes of the weights it reads. The once-per-proposal products
     over the feature are left out, so the true cost is higher. Raises FileNotFoundError when
     a checkpoint is missing."""
-    from ..eagle import load_recurrent
+    from ..drafts.eagle import load_recurrent
     from ..model import load_pretrained
 
     target = load_pretrained("target")
