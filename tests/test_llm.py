@@ -318,6 +318,33 @@ def test_greedy_feature_draft_equals_greedy_generate(llm32):
     assert st.target_calls < 24
 
 
+def test_the_feature_drafts_dynamic_stop_shortens_proposals_and_keeps_the_text(llm32):
+    """With ``stop_below`` the proposal ends where the draft's chain confidence falls below
+    it: near 1 nothing is drafted (every call a plain step), with the default fewer tokens
+    are drafted than without a stop; the greedy text is the plain greedy text either way.
+    Out-of-range thresholds are refused."""
+    from specdec_course import llm
+    from specdec_course.llm.draft import FeatureDraftProposer, load_draft
+
+    model, tok = llm32
+    prompt = torch.tensor(
+        tok.apply_chat_template([{"role": "user", "content": "Why is the sea salty?"}])
+    )
+    ref = decoding.generate(model, prompt, 16, temperature=0)
+    d = load_draft(model)
+    drafted = {}
+    for stop in (None, llm.STOP_BELOW, 0.999999):
+        prop = FeatureDraftProposer(model, d, stop_below=stop)
+        out, st = decoding.speculative_generate(model, prop, prompt, 16, k=4, temperature=0)
+        assert torch.equal(out, ref)
+        drafted[stop] = st.drafted
+    assert drafted[0.999999] == 0
+    assert drafted[llm.STOP_BELOW] < drafted[None]
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="stop_below"):
+            FeatureDraftProposer(model, d, stop_below=bad)
+
+
 def test_feature_draft_checkpoint_loads_safely_and_knows_its_target(llm32, tmp_path):
     """The shipped draft loads with weights_only=True; a checkpoint whose fingerprint is
     another target's is refused with a one-line error."""

@@ -30,12 +30,21 @@ __all__ = [
     "LlamaCache",
     "LlamaConfig",
     "PromptLookup",
+    "STOP_BELOW",
     "default_dtype",
     "gguf_path",
     "load",
     "load_draft",
     "proposers",
 ]
+
+
+# The feature draft's dynamic stop: a drafted token pays when the chance that it is accepted
+# (its chain confidence, if the draft is calibrated) exceeds what it adds to the call: about
+# 0.06 of a one-token call to verify one more token at small k on the course's CPU
+# (data/results/llm_cpu.json, T(3)/T(1) in float32), plus about 0.04 for the draft's own step
+# (its weights are 3.6% of the target's). So 0.1.
+STOP_BELOW = 0.1
 
 
 def proposers(model: Llama) -> dict:
@@ -45,7 +54,8 @@ def proposers(model: Llama) -> dict:
       earlier match of the text's last n-gram; exact one-hot ``q``);
     - ``"feature_draft"``: :class:`FeatureDraftProposer` with the shipped
       ``data/checkpoints/smollm2_draft.pt`` (an EAGLE-style draft on the model's features,
-      self-distilled; ``llm.draft``).
+      self-distilled; ``llm.draft``), stopping a proposal where its chain confidence falls
+      below ``STOP_BELOW``.
     """
     if not isinstance(model, Llama):
         raise ValueError(
@@ -54,5 +64,5 @@ def proposers(model: Llama) -> dict:
         )
     return {
         "prompt_lookup": PromptLookup(model),
-        "feature_draft": FeatureDraftProposer(model, load_draft(model)),
+        "feature_draft": FeatureDraftProposer(model, load_draft(model), stop_below=STOP_BELOW),
     }

@@ -71,14 +71,23 @@ class FeatureDraftProposer:
     ``observe_target``): a proposal starts from the newest committed feature ``f_{n-2}`` and
     the pending token ``x_{n-1}``, and drafts ``k`` tokens, each sampled (Gumbel-max) from
     the processed logits over the reduced vocabulary; ``q`` is that distribution placed in
-    the full vocabulary."""
+    the full vocabulary.
+
+    ``stop_below``: a dynamic stop (EAGLE-2 ranks its drafts by the same product): the
+    proposal ends before a draft whose chain confidence, the product of the draft's top
+    probabilities so far, falls below it, so a proposal is short (or empty: a plain step)
+    where the draft is unsure. The length depends on the draft's own numbers only, so the
+    output's law is unchanged. None drafts ``k`` always."""
 
     feature_layers = 1
 
-    def __init__(self, target, draft: FeatureDraft):
+    def __init__(self, target, draft: FeatureDraft, *, stop_below: float | None = None):
+        if stop_below is not None and not 0.0 <= stop_below < 1.0:
+            raise ValueError(f"stop_below must be in [0, 1) or None; got {stop_below!r}")
         self.target, self.draft = target, draft
         self.vocab_size = target.config.vocab_size
         self.device = draft.head.weight.device
+        self.stop_below = stop_below
 
     def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
         self.sampling = sampling
@@ -103,8 +112,13 @@ class FeatureDraftProposer:
         q = None if greedy else self.q[:k]
         if q is not None:
             q.zero_()
+        chain = 1.0
         for j in range(k):
             f, logits = self.draft(f, x)
+            if self.stop_below is not None:
+                chain *= float(torch.softmax(logits.float(), -1).max())
+                if chain < self.stop_below:
+                    return j, (None if q is None else q[:j])
             if greedy:
                 r = logits.argmax(-1)
             else:
