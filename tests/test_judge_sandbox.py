@@ -85,7 +85,9 @@ def fake(cls, w, n_layers, h, prev, weights):
             "shapes": (tuple((((C, C), True),) * n_layers), (V, C), ((V, C), True)),
             "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
             "random": (h @ w.T) * 0}
-probes.PROBES["load_head"] = fake
+for name in list(probes.PROBES):
+    if name != "launch_race":
+        probes.PROBES[name] = fake
 """
 FORGE_PROBE = (
     "import base64, builtins\n"
@@ -335,8 +337,10 @@ def test_the_judge_side_is_out_of_the_sandbox(run):
 
 
 def test_a_forged_probe_earns_nothing(run):
+    # The head is probed in a fresh kernel where only the notebook's class was defined: the
+    # forged probe is not there, and the stub is what answers.
     head = run["checks"]["forged_probe_ex06"]["ex06.medusa_head"]
-    assert head["status"] == "failed" and float(head["points"]) == 0
+    assert head["status"] == "not attempted" and float(head["points"]) == 0
 
 
 def test_a_head_that_zeroes_its_input_fails_its_own_check_only(run):
