@@ -448,3 +448,59 @@ def test_a_forged_head_probe_earns_no_head_points(graded_notebooks):
     by_id = {c.id: c for c in r.checks}
     assert by_id["ex06.medusa_head"].status == "not attempted", r
     assert r.points == 0, r
+
+
+def _notebook(*cells: str) -> str:
+    import json
+
+    return json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]})
+
+
+CLASS = """\
+class MedusaHead(nn.Module):
+    \"\"\"doc\"\"\"
+
+    SCALE = 1.0
+
+    def __init__(self, w: torch.Tensor, n_layers: int = 1) -> None:
+        super().__init__()
+
+    def forward(self, h, prev):
+        return h
+"""
+
+
+def test_the_judge_takes_the_class_alone_from_the_notebook():
+    from specdec_course.grading.judge.class_source import class_cell
+
+    cell = class_cell(_notebook("import os\nimport torch\n", "os.x = 1\n" + CLASS), "MedusaHead")
+    assert "class MedusaHead(nn.Module)" in cell and "import torch" in cell
+    assert "os" not in cell.replace("torch", "")  # the other cell's import and code stay out
+    ns: dict = {}
+    exec(cell, ns)
+    assert ns["MedusaHead"].SCALE == 1.0
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        ("import os\nclass MedusaHead(nn.Module):\n    os.sys.modules.clear()\n", "outside"),
+        ("class MedusaHead(nn.Module):\n    x = __import__('os')\n", "outside"),
+        ("@decorate\nclass MedusaHead(nn.Module):\n    pass\n", "decorator"),
+        ("class MedusaHead(Base):\n    pass\n", "derive from nn.Module"),
+        ("class MedusaHead(nn.Module, metaclass=M):\n    pass\n", "metaclass"),
+        ("class MedusaHead(nn.Module):\n    def f(self, x=print(1)):\n        pass\n", "defaults"),
+        ("class MedusaHead(nn.Module):\n    def f(self, x: g()):\n        pass\n", "annotate"),
+        (
+            "class MedusaHead(nn.Module):\n    @property\n    def f(self):\n        pass\n",
+            "decorator",
+        ),
+        (CLASS + "MedusaHead = make()\n", "no `class MedusaHead"),
+    ],
+)
+def test_a_class_statement_that_would_run_code_is_refused(source, says):
+    from specdec_course.grading.judge.class_source import class_cell
+    from specdec_course.grading.judge.kernel_source import Refused
+
+    with pytest.raises(Refused, match=says):
+        class_cell(_notebook(source), "MedusaHead")
