@@ -221,8 +221,8 @@ def _head_cases(cls) -> Iterator[Case]:
                 f"n_layers={n} asks for {n} residual blocks",
             )
             return
-        want = {k: ((V, C) if k[0] in "el" else (C, C) if k.endswith("weight") else (C,))
-                for k in want_names}  # fmt: skip
+        want = {k: (C, C) if k.endswith(".weight") else (C,) for k in want_names}
+        want["embed.weight"] = want["lm_head.weight"] = (V, C)
         if shapes != want:
             yield Case(
                 name,
