@@ -337,10 +337,12 @@ def test_the_judge_side_is_out_of_the_sandbox(run):
 
 
 def test_a_forged_probe_earns_nothing(run):
-    # The head is probed in a fresh kernel where only the notebook's class was defined: the
-    # forged probe is not there, and the stub is what answers.
+    # (Its exec through builtins.__dict__ is tampering: the submission scores 0, flagged.
+    # The same forgery written so that the scan sees nothing earns 0 too, since the head is
+    # probed in a fresh kernel where only the notebook's class was defined:
+    # test_grading_ex06's test_a_forged_head_probe_earns_no_head_points.)
     head = run["checks"]["forged_probe_ex06"]["ex06.medusa_head"]
-    assert head["status"] == "not attempted" and float(head["points"]) == 0
+    assert head["status"] == "failed" and float(head["points"]) == 0
 
 
 def test_a_head_that_zeroes_its_input_fails_its_own_check_only(run):
