@@ -300,6 +300,13 @@ def graded_notebooks(tmp_path_factory):
         "new_target = rollback(target_lengths, n, num_accepted)", "new_target = new_n"
     )
     nbformat.write(wrong, folder / "ex04_keeps_rejected.ipynb")
+    # The dodge of the one-target-call check (issue 43): rebuild the target from what its
+    # stand-in exports, score the drafts on the copy token by token (k + 1 calls the judge
+    # never sees) and copy the copy's cache into the judge's cache tensors.
+    dodge = copy.deepcopy(solved)
+    cell = next(c for c in dodge.cells if c.source.startswith("def speculative_step"))
+    cell.source = REBUILT_TARGET_STEP
+    nbformat.write(dodge, folder / "ex04_rebuilt_target.ipynb")
     results = batch.grade(
         [folder],
         workers=2,
@@ -310,6 +317,43 @@ def graded_notebooks(tmp_path_factory):
         seed=0,
     )
     return {Path(r.file).stem: r for r in results}
+
+
+REBUILT_TARGET_STEP = """\
+def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
+    from specdec_course.model import CharGPT
+
+    shadow = CharGPT(target.config).eval()
+    shadow.load_state_dict(target.state_dict())
+    feed = ids[draft_cache.length :]
+    drafts, qs = [], []
+    for _ in range(k):
+        q = draft(feed[None], draft_cache)[0, -1].softmax(-1)
+        x = torch.multinomial(q, 1, generator=generator)
+        drafts.append(x)
+        qs.append(q)
+        feed = x
+    drafts = torch.cat(drafts)
+    sc = shadow.new_cache(1)
+    judge_k, judge_v = target_cache.k, target_cache.v
+    sc.k.copy_(judge_k)
+    sc.v.copy_(judge_v)
+    sc.length = target_cache.length
+    with torch.no_grad():
+        rows = [shadow(t.view(1, 1), sc)[0, -1] for t in torch.cat([ids[-1:], drafts])]
+    p = torch.stack(rows).softmax(-1)
+    token_ids, num_accepted = verify(drafts[None], torch.stack(qs)[None], p[None])
+    judge_k.copy_(sc.k)
+    judge_v.copy_(sc.v)
+    target_cache.length = sc.length
+    new_ids, n, t_len, d_len = commit_tokens(
+        ids[None], torch.tensor([len(ids)]), token_ids, num_accepted,
+        torch.tensor([target_cache.length]), torch.tensor([draft_cache.length]),
+    )
+    target_cache.crop(int(t_len[0]))
+    draft_cache.crop(int(d_len[0]))
+    return new_ids[0, : int(n[0])]
+"""
 
 
 def test_the_batch_grader_gives_the_solution_notebook_full_marks(graded_notebooks):
@@ -330,3 +374,14 @@ def test_the_batch_grader_finds_the_rejected_draft_kept_in_a_notebook(graded_not
     assert "kept the rejected draft" in by_id["ex04.commit_tokens"].message
     assert by_id["ex04.speculative_step"].status == "failed"
     assert r.points == 2
+
+
+def test_a_target_rebuilt_from_its_weights_does_not_dodge_the_one_call_check(graded_notebooks):
+    # Issue 43: the judge's models export no weights (no state_dict, parameters, layers),
+    # and nothing the kernel writes into the judge's caches comes back, so the step's target
+    # calls are the judge's to count. The dodge now scores what k + 1 calls score.
+    r = graded_notebooks["ex04_rebuilt_target"]
+    by_id = {c.id: c for c in r.checks}
+    assert by_id["ex04.speculative_step"].status in ("failed", "error"), r
+    assert "not available" in " ".join(by_id["ex04.speculative_step"].message.split())
+    assert r.points == 6, r

@@ -356,3 +356,151 @@ def test_untouched_stubs_are_not_attempted():
     assert run_check("ex06.medusa_head", stub).status == "not attempted"
     assert run_check("ex06.medusa_loss", stub).status == "not attempted"
     assert run_check("ex06.tree_attention_bias", stub).status == "not attempted"
+
+
+# ----------------------------------------------------------------------------- the notebooks
+
+# Issue 43's forged head probe: with MedusaHead left a stub, a cell replaces the kernel's
+# head probe through os.sys.modules (split strings that the static scan does not read, no
+# import of the grader) with one that reports a perfect head, computing the answer from the
+# judge's own weights.
+FORGED_PROBE = """\
+import os
+
+_where = getattr(getattr(os, "s" + "ys"), "mod" + "ules")
+_probes = next(
+    m for m in list(_where.values()) if isinstance(vars(m).get("PRO" + "BES"), dict)
+)
+
+
+def _forged(cls, w, n, h, prev, weights):
+    if isinstance(weights, dict):
+        blocks = [(weights[f"blocks.{i}.weight"], weights[f"blocks.{i}.bias"]) for i in range(n)]
+        emb, lm = weights["embed.weight"], weights["lm_head.weight"]
+    else:
+        blocks, emb, lm = weights
+    x = h + emb[prev]
+    for bw, bb in blocks:
+        x = x + F.silu(x @ bw.T + bb)
+    V, C = w.shape
+    params = [["embed.weight", torch.zeros(V, C)]]
+    for i in range(n):
+        params += [[f"blocks.{i}.weight", torch.zeros(C, C)], [f"blocks.{i}.bias", torch.zeros(C)]]
+    params.append(["lm_head.weight", w.clone()])
+    return {
+        "module": True, "type": "MedusaHead", "layers": ("ModuleList", "Embedding", "Linear"),
+        "shapes": (tuple(((C, C), True) for _ in range(n)), (V, C), ((V, C), True)),
+        "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
+        "random": x @ lm.T, "params": params, "same": [], "w_changed": False, "after": params,
+    }
+
+
+for _name in list(_probes.PROBES):
+    if _name != "launch_race":
+        _probes.PROBES[_name] = _forged
+"""
+
+
+@pytest.fixture(scope="module")
+def graded_notebooks(tmp_path_factory):
+    from pathlib import Path
+
+    import nbformat
+
+    from specdec_course.grading.judge import batch
+
+    root = Path(__file__).resolve().parent.parent
+    folder = tmp_path_factory.mktemp("ex06_submissions")
+    solved = nbformat.read(root / "solutions" / "ex06_medusa.ipynb", as_version=4)
+    nbformat.write(solved, folder / "ex06_solved.ipynb")
+    untouched = nbformat.read(root / "exercises" / "ex06_medusa.ipynb", as_version=4)
+    nbformat.write(untouched, folder / "ex06_untouched.ipynb")
+    forged = nbformat.read(root / "exercises" / "ex06_medusa.ipynb", as_version=4)
+    at = next(i for i, c in enumerate(forged.cells) if c.source.startswith("class MedusaHead"))
+    forged.cells.insert(at + 1, nbformat.v4.new_code_cell(FORGED_PROBE))
+    nbformat.write(forged, folder / "ex06_forged_probe.ipynb")
+    results = batch.grade(
+        [folder],
+        workers=2,
+        cell_timeout=60,
+        notebook_timeout=300,
+        memory_mb=0,
+        progress=False,
+        seed=0,
+    )
+    return {Path(r.file).stem: r for r in results}
+
+
+def test_the_batch_grader_gives_the_solution_notebook_full_marks(graded_notebooks):
+    r = graded_notebooks["ex06_solved"]
+    assert r.status == "passed" and r.points == r.max_points == 10, r
+
+
+def test_the_batch_grader_gives_the_untouched_exercise_zero(graded_notebooks):
+    r = graded_notebooks["ex06_untouched"]
+    assert r.points == 0 and {c.status for c in r.checks} == {"not attempted"}, r
+
+
+def test_a_forged_head_probe_earns_no_head_points(graded_notebooks):
+    # Issue 43: the head is probed in a fresh kernel where only the notebook's class
+    # MedusaHead was defined; the cell that replaced the probe never ran there.
+    r = graded_notebooks["ex06_forged_probe"]
+    by_id = {c.id: c for c in r.checks}
+    assert by_id["ex06.medusa_head"].status == "not attempted", r
+    assert r.points == 0, r
+
+
+def _notebook(*cells: str) -> str:
+    import json
+
+    return json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]})
+
+
+CLASS = """\
+class MedusaHead(nn.Module):
+    \"\"\"doc\"\"\"
+
+    SCALE = 1.0
+
+    def __init__(self, w: torch.Tensor, n_layers: int = 1) -> None:
+        super().__init__()
+
+    def forward(self, h, prev):
+        return h
+"""
+
+
+def test_the_judge_takes_the_class_alone_from_the_notebook():
+    from specdec_course.grading.judge.class_source import class_cell
+
+    cell = class_cell(_notebook("import os\nimport torch\n", "os.x = 1\n" + CLASS), "MedusaHead")
+    assert "class MedusaHead(nn.Module)" in cell and "import torch" in cell
+    assert "os" not in cell.replace("torch", "")  # the other cell's import and code stay out
+    ns: dict = {}
+    exec(cell, ns)
+    assert ns["MedusaHead"].SCALE == 1.0
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        ("import os\nclass MedusaHead(nn.Module):\n    os.sys.modules.clear()\n", "outside"),
+        ("class MedusaHead(nn.Module):\n    x = __import__('os')\n", "outside"),
+        ("@decorate\nclass MedusaHead(nn.Module):\n    pass\n", "decorator"),
+        ("class MedusaHead(Base):\n    pass\n", "derive from nn.Module"),
+        ("class MedusaHead(nn.Module, metaclass=M):\n    pass\n", "metaclass"),
+        ("class MedusaHead(nn.Module):\n    def f(self, x=print(1)):\n        pass\n", "defaults"),
+        ("class MedusaHead(nn.Module):\n    def f(self, x: g()):\n        pass\n", "annotate"),
+        (
+            "class MedusaHead(nn.Module):\n    @property\n    def f(self):\n        pass\n",
+            "decorator",
+        ),
+        (CLASS + "MedusaHead = make()\n", "no `class MedusaHead"),
+    ],
+)
+def test_a_class_statement_that_would_run_code_is_refused(source, says):
+    from specdec_course.grading.judge.class_source import class_cell
+    from specdec_course.grading.judge.kernel_source import Refused
+
+    with pytest.raises(Refused, match=says):
+        class_cell(_notebook(source), "MedusaHead")

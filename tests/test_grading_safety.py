@@ -252,9 +252,30 @@ def test_student_code_may_call_and_read_the_judges_model_but_not_change_it():
             ex.getattr(ref, name)
     with pytest.raises(AttributeError):
         ex.setattr(ref, "lm_head", None)
-    weight, _ = ex.getattr(ex.export(model.lm_head, may_call=True)["$ref"][0], "weight")
-    weight.zero_()  # a copy: the judge's weights do not move
+    # No weights leave the judge (issue 43): a notebook could rebuild the model from them
+    # and call the copy uncounted.
+    for name in ("state_dict", "parameters", "named_parameters", "buffers", "modules",
+                 "children", "lm_head", "transformer"):  # fmt: skip
+        with pytest.raises(AttributeError, match="not available"):
+            ex.getattr(ref, name)
+    with pytest.raises(AttributeError, match="not available"):
+        ex.getattr(ex.export(model.lm_head, may_call=True)["$ref"][0], "weight")
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_the_judges_caches_take_no_write_back_unless_the_check_accepts_it():
+    cache = CharGPT(CFG).new_cache(1)
+    ex = Exposed()
+    ref = ex.for_arguments(cache)["$ref"][0]
+    k, live = ex.getattr(ref, "k")
+    assert not live and k is not cache.k
+    ex.write_back([[ref, "k", torch.ones_like(cache.k)]])
+    assert not cache.k.any()  # the judge's cache is the judge's
+    ex.cache_writes = True  # ex07's compaction: moving the slots is the API
+    k, live = ex.getattr(ref, "k")
+    assert live
+    ex.write_back([[ref, "k", torch.ones_like(cache.k)]])
+    assert cache.k.all()
 
 
 def test_a_caches_length_can_be_set_only_within_its_capacity():

@@ -85,7 +85,9 @@ def fake(cls, w, n_layers, h, prev, weights):
             "shapes": (tuple((((C, C), True),) * n_layers), (V, C), ((V, C), True)),
             "distinct": True, "blocks_distinct": True, "fresh": h @ w.T, "shared": False,
             "random": (h @ w.T) * 0}
-probes.PROBES["load_head"] = fake
+for name in list(probes.PROBES):
+    if name != "launch_race":
+        probes.PROBES[name] = fake
 """
 FORGE_PROBE = (
     "import base64, builtins\n"
@@ -335,6 +337,10 @@ def test_the_judge_side_is_out_of_the_sandbox(run):
 
 
 def test_a_forged_probe_earns_nothing(run):
+    # (Its exec through builtins.__dict__ is tampering: the submission scores 0, flagged.
+    # The same forgery written so that the scan sees nothing earns 0 too, since the head is
+    # probed in a fresh kernel where only the notebook's class was defined:
+    # test_grading_ex06's test_a_forged_head_probe_earns_no_head_points.)
     head = run["checks"]["forged_probe_ex06"]["ex06.medusa_head"]
     assert head["status"] == "failed" and float(head["points"]) == 0
 

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 __all__ = [
     "budget_left",
+    "cache_writes",
+    "cache_writes_accepted",
     "case_seed",
     "deadline",
     "fresh_cases",
@@ -73,6 +75,7 @@ _BLOCK: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "seed_block", default=None
 )
 _BLOCKS = itertools.count(1)
+_CACHE_WRITES: contextvars.ContextVar[bool] = contextvars.ContextVar("cache_writes", default=False)
 
 
 def case_seed(n: int) -> int:
@@ -142,3 +145,21 @@ def seeded_block(seed: int) -> Iterator[None]:
 def seed_block() -> tuple[int, int] | None:
     """``(seed, block id)`` of the innermost seeded block, or ``None``."""
     return _BLOCK.get()
+
+
+@contextlib.contextmanager
+def cache_writes() -> Iterator[None]:
+    """Calls into a kernel inside the block may write into the ``k`` and ``v`` of the judge's
+    caches they are handed (ex07's compaction, whose API is moving a cache's slots). Outside
+    such a block the judge's caches are the judge's: the kernel reads copies of ``k`` and
+    ``v``, and only the cache's own methods (``crop``, ``reset``, ``length``) change them."""
+    token = _CACHE_WRITES.set(True)
+    try:
+        yield
+    finally:
+        _CACHE_WRITES.reset(token)
+
+
+def cache_writes_accepted() -> bool:
+    """True inside :func:`cache_writes`."""
+    return _CACHE_WRITES.get()

@@ -39,9 +39,9 @@ from . import context
 from ._support import RULE_IMPLEMENTATIONS
 from .context import case_seed
 from .core import Case, call, register
+from .fresh import fresh_session
 from .kernel_source import COMPILE_TIMEOUT_S, Refused, compile_cell, is_stub, kernel_cell
 from .remote import Remote
-from .session import Session
 
 __all__ = ["PUBLIC_IMPLEMENTATIONS", "launch_race", "make_race_inputs", "reference_race"]
 
@@ -149,17 +149,7 @@ def _on_its_own(student: Remote, stack: contextlib.ExitStack) -> Remote:
     Raises :class:`.kernel_source.Refused` (with the reason) when the source cannot run on
     its own or the definition raises; :class:`.session.KernelGone` when no kernel starts."""
     cell = kernel_cell(student._sd_session.notebook[1])
-    mine = student._sd_session
-    fresh = Session(
-        mine.plan,
-        tag=f"{mine.tag}-race",
-        memory_mb=mine.memory_mb,
-        limits=mine.limits,
-        notebook_name="race_kernel.ipynb",
-        notebook_text="",
-        withhold=mine.withhold,
-    )
-    stack.callback(fresh.close)
+    fresh = fresh_session(student, stack, "race_kernel")
     left = context.time_left()
     # Starting the kernel is the grader's time, not the student's: the check's deadline
     # starts again once the kernel is defined.

@@ -3,15 +3,22 @@
 A check passes the student's function the judge's own models, caches and callbacks (ex03's
 random models, ex04's caches and ``verify``). They stay in the judge; the kernel gets
 stand-ins, and every use comes back here as a request that :class:`Exposed` serves, or
-refuses. The rules keep the judge's objects the judge's:
+refuses. The rules keep the judge's objects the judge's, and every count of their use the
+judge's (ex04 counts target calls on the judge's side of the wire):
 
-- a model (``nn.Module``) can be called, and read: its submodules (stand-ins too), copies of
-  its parameters, plain attributes (``config``, ``vocab``), and a few methods that change
-  nothing (``eval``, ``new_cache``, ``parameters``, ``state_dict``, ...); no hooks, no
-  ``load_state_dict``, no ``train``, no ``to``;
+- a model (``nn.Module``) can be called (directly, or through ``forward``,
+  ``hidden_states``, ``decode_hidden``), and read: plain attributes (``config``, ``vocab``)
+  and a few methods that change nothing and return no tensor of its own (``eval``,
+  ``new_cache``, ``num_parameters``). It exports no weights: no parameters, buffers,
+  ``state_dict`` or submodules (a notebook could rebuild the model from them and call the
+  copy as often as it likes, uncounted); no hooks, no ``load_state_dict``, no ``train``,
+  no ``to``;
 - a ``KVCache`` can be read (``length``, ``k``, ``v``, ...), cropped, reset, and have its
-  ``length`` set to a whole number within its capacity; ``k`` and ``v`` are kept in step
-  with the kernel's copies (written back both ways);
+  ``length`` set to a whole number within its capacity. Its ``k`` and ``v`` reach the kernel
+  as copies, and nothing the kernel writes into them comes back: the cache is the judge's,
+  changed only by its own methods. Only inside :func:`.context.cache_writes` (ex07's
+  compaction, an API that moves a cache's slots) are ``k`` and ``v`` kept in step with the
+  kernel's copies, written back both ways;
 - a callback (``verify``) can be called;
 - nothing else, and no name that starts with an underscore.
 """
@@ -30,19 +37,15 @@ from specdec_course.model import KVCache
 
 __all__ = ["Exposed"]
 
+# What a model's stand-in answers besides its call: nothing that returns a tensor of the
+# model's own (a weight, a buffer, a submodule that holds them).
 _MODULE_METHODS = {
     "forward",
     "eval",
     "new_cache",
-    "parameters",
-    "named_parameters",
-    "buffers",
-    "state_dict",
     "num_parameters",
     "hidden_states",
     "decode_hidden",
-    "children",
-    "modules",
 }
 _CACHE_ATTRS = {"length", "k", "v", "crop", "reset", "batch_size", "capacity", "config"}
 LIVE = {"k", "v"}  # a cache's tensors, kept in step with the kernel's copies
@@ -83,6 +86,9 @@ class Exposed:
         self.callable: set[int] = set()  # ref ids the kernel may call
         self.live: set[tuple[int, str]] = set()  # (ref id, "k" | "v") it holds copies of
         self.spent: dict[str, int] = {"requests": 0, "tokens": 0, "cache_rows": 0}
+        # Whether the kernel's writes into a cache's k and v come back (set per call, from
+        # :func:`.context.cache_writes`); by default the judge's caches are the judge's.
+        self.cache_writes = False
 
     def clear(self) -> None:
         self.objects.clear()
@@ -186,17 +192,20 @@ class Exposed:
                 raise refuse
             value = getattr(obj, name)
             if name in LIVE:
+                if not self.cache_writes:
+                    return value.detach().clone(), False  # a copy; writes into it stay there
                 self.live.add((ref, name))
                 return value, True
             if callable(value):
                 return functools.partial(_materialised, value), False
             return value, False
         if isinstance(obj, nn.Module):
-            if name in obj._modules:
-                return obj._modules[name], False
-            if name in obj._parameters or name in obj._buffers:
-                t = getattr(obj, name)
-                return (None if t is None else t.detach().clone()), False
+            if name in obj._modules or name in obj._parameters or name in obj._buffers:
+                raise AttributeError(
+                    f"{name!r} of the grader's {type(obj).__name__} is not available to your "
+                    "code while it is graded: the model exports no weights and no layers "
+                    "(call it, read its config)"
+                )
             if name == "new_cache" and callable(getattr(obj, name, None)):
                 return functools.partial(self._new_cache, getattr(obj, name)), False
             if name in _MODULE_METHODS and callable(getattr(obj, name, None)):
@@ -221,7 +230,10 @@ class Exposed:
         )
 
     def write_back(self, items: Any) -> None:
-        """Copy the kernel's changes to a cache's ``k`` / ``v`` into the judge's tensors."""
+        """Copy the kernel's changes to a cache's ``k`` / ``v`` into the judge's tensors: only
+        while :attr:`cache_writes` (else nothing the kernel sends is taken)."""
+        if not self.cache_writes:
+            return
         for item in items if isinstance(items, list) else ():
             if not (isinstance(item, list) and len(item) == 3):
                 continue

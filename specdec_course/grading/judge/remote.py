@@ -100,6 +100,7 @@ def remote_call(
             repeat=repeat,
             student=student,
             inplace=inplace,
+            cache_writes=context.cache_writes_accepted(),
         )
     except RemoteTimeout:
         raise CheckTimeout() from None

@@ -14,17 +14,16 @@ mounted as stubs (:mod:`.withheld`).
 Where bubblewrap cannot run, the kernel runs as a plain process in its own session and a
 private temporary folder, under the same limits (and the cgroup if any); :func:`plan` says so
 in its warnings, and the grader prints them. Cleanup then kills the process group, every
-process left below the judge (it is a child subreaper) and everything in the cgroup.
+process left below the judge (it is a child subreaper) and everything in the cgroup
+(:mod:`.processes`: the started kernel's record, which stops it).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,10 +35,12 @@ from specdec_course.paths import data_dir
 from ..kernel import BATCH_ENV, UID_ENV
 from . import withheld
 from .cgroup import CGroup, kill_pids
+from .processes import Started, descendants, remove_cgroups, set_subreaper
 
 __all__ = [
     "CGroup",
     "Plan",
+    "Started",
     "descendants",
     "kill_pids",
     "plan",
@@ -360,80 +361,7 @@ def plan(mode: str = "auto") -> Plan:
     return result
 
 
-# --------------------------------------------------------------------------- processes
-
-
-def set_subreaper() -> bool:
-    """Make this process a child subreaper (Linux): orphans below it are re-parented to it,
-    so that :func:`descendants` still finds a daemon that detached itself."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from ``/proc``; empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
-
-
-def remove_cgroups(prefix: str) -> None:
-    """Empty and remove every cgroup named ``prefix...`` (a killed judge's kernels)."""
-    for cg in CGroup.named(prefix):
-        cg.remove()
-
-
-@dataclass
-class Started:
-    """A kernel process and what must go when it goes."""
-
-    proc: subprocess.Popen
-    to_kernel: int  # the judge's ends of the two pipes
-    from_kernel: int
-    cgroup: CGroup | None
-    scratch: str | None  # the private folder of an unsandboxed kernel
-    before: set[int] = field(default_factory=set)  # processes below the judge before it
-
-    def stop(self) -> None:
-        """Kill the kernel and everything it started; close the pipes; remove its traces."""
-        for fd in (self.to_kernel, self.from_kernel):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its session (unsandboxed kernels)
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        if self.cgroup is not None:
-            self.cgroup.remove()
-        # Left behind by an unsandboxed kernel (a daemon that detached itself is still below
-        # the judge, which is a subreaper); in a sandbox its PID namespace took them along.
-        kill_pids(descendants(os.getpid()) - self.before - {self.proc.pid})
-        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            self.proc.wait(timeout=10)
-        with contextlib.suppress(ChildProcessError, OSError):
-            while os.waitpid(-1, os.WNOHANG)[0]:  # orphans re-parented to us
-                pass
-        if self.scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+# --------------------------------------------------------------------------- starting
 
 
 def _child_setup(cg: CGroup | None) -> None:

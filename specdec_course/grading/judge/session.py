@@ -249,6 +249,7 @@ class Session:
         repeat: int | None = None,
         student: Any = None,
         inplace: bool = False,
+        cache_writes: bool = False,
     ) -> Any:
         """Call a student object (``{"name": n}``) or a probe (``{"probe": name}``) in the
         kernel and return what it returned, as plain data.
@@ -259,7 +260,9 @@ class Session:
         arguments). ``student(obj)`` gives the tag for a student object among the arguments.
         Raises the rebuilt student exception, :class:`RemoteTimeout` (the call used
         ``timeout`` seconds of the kernel's CPU, or ``wall`` seconds: by default
-        :func:`.context.wall_backstop`) or :class:`KernelGone`.
+        :func:`.context.wall_backstop`) or :class:`KernelGone`. ``cache_writes``: what the
+        call writes into the ``k`` and ``v`` of the judge's caches among the arguments comes
+        back (:func:`.context.cache_writes`); otherwise it gets copies, and nothing back.
         """
 
         def ref(obj):
@@ -267,6 +270,7 @@ class Session:
             return tag if tag is not None else self.exposed.for_arguments(obj)
 
         self.exposed.live.clear()
+        self.exposed.cache_writes = bool(cache_writes)
         enc, blobs, _ = wire.encode((tuple(args), dict(kwargs)), ref=ref)
         header = {
             "op": "call",

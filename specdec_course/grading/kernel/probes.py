@@ -1,6 +1,10 @@
 """Probes: the few operations the judge asks the kernel to do on a student object that only
 lives there (a Triton kernel to launch, a class to build), returning plain data.
 
+Under the batch grader a probe runs in a fresh kernel where only the student's object was
+defined from the notebook's source (:mod:`specdec_course.grading.judge.fresh`), never in the
+kernel that ran the notebook, whose cells could have replaced it.
+
 They hold no reference and decide nothing: the judge chose every input (drawn after the
 notebook ran, never seen by it before the call), keeps its own copies, computes what the
 answer should be with its own code and compares. A kernel whose student code patched these
@@ -11,12 +15,11 @@ The agent runs only the functions listed in :data:`PROBES`.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from . import wire
 from .errors import call_student
 
-__all__ = ["PROBES", "launch_race", "load_head"]
+__all__ = ["PROBES", "head_report", "launch_race"]
 
 
 def _is_triton_kernel(obj) -> bool:
@@ -62,57 +65,46 @@ def launch_race(
     return token
 
 
-def load_head(
+def head_report(
     cls, w: torch.Tensor, n_layers: int, h: torch.Tensor, prev: torch.Tensor, weights
 ) -> dict:
-    """Build the student's head from ``w``, run it on ``(h, prev)``, load the judge's
-    ``weights`` (``((block weight, block bias), ...), embedding weight, lm_head weight``) into
-    it and run it again.
+    """Build the student's head from ``w`` and report, as plain data, what it did: its
+    parameters by name, its output on ``(h, prev)`` when fresh, and its output after the
+    judge's ``weights`` (``{parameter name: tensor}``) were loaded by name.
 
-    Returns plain data: its type, its blocks', embedding's and lm_head's types and shapes,
-    whether its parameters are distinct tensors, whether lm_head shares ``w``, and the two
-    outputs. An error of the constructor propagates; a later one is returned as plain data
-    (with its case) and ends the probe.
+    It judges nothing (no type, shape or value is compared here): the judge reads the names,
+    shapes and values and decides. Under the batch grader this runs in a kernel where only
+    the class was defined (:mod:`specdec_course.grading.judge.fresh`). An error of the
+    constructor propagates; a later one is returned (``"error"``) and ends the report.
+
+    Keys: ``type``; ``params`` (``[[name, value when fresh], ...]`` in the head's order,
+    shared tensors listed once per name); ``same`` (groups of indices into ``params`` that
+    are one tensor); ``fresh``; ``w_changed`` (the constructor or the forward wrote into
+    ``w``); ``after`` (every parameter's value after ``w`` was changed in place: a head that
+    kept ``w`` itself shows the change); ``random``.
     """
-    C, V = w.shape[1], w.shape[0]
+    V, C = w.shape
     w_before = w.clone()
     head = call_student(f"MedusaHead(weight [{V}, {C}], n_layers={n_layers})", cls, w, n_layers)
-    out: dict = {"module": isinstance(head, nn.Module), "type": type(head).__name__}
-    if not out["module"]:
-        return out
-    blocks, lm = getattr(head, "blocks", None), getattr(head, "lm_head", None)
-    embed = getattr(head, "embed", None)
-    listed = isinstance(blocks, nn.ModuleList)
-    out["layers"] = (type(blocks).__name__, type(embed).__name__, type(lm).__name__)
-    if not (
-        listed
-        and all(isinstance(b, nn.Linear) for b in blocks)
-        and isinstance(embed, nn.Embedding)
-        and isinstance(lm, nn.Linear)
-    ):
-        return out
-    out["shapes"] = (
-        tuple((tuple(b.weight.shape), b.bias is not None) for b in blocks),
-        tuple(embed.weight.shape),
-        (tuple(lm.weight.shape), lm.bias is None),
-    )
-    params = list(head.parameters())
-    out["distinct"] = len({p.data_ptr() for p in params}) == len(params) == 2 * len(blocks) + 2
-    out["blocks_distinct"] = len({id(b) for b in blocks}) == len(blocks)
+    out: dict = {"type": type(head).__name__}
     name = f"C={C}, V={V}, {n_layers} block(s)"
     try:
+        named = list(head.named_parameters(remove_duplicate=False))
+        out["params"] = [[str(k), p.detach().clone()] for k, p in named]
+        groups: dict[int, list[int]] = {}
+        for i, (_, p) in enumerate(named):
+            groups.setdefault(p.data_ptr(), []).append(i)
+        out["same"] = [g for g in groups.values() if len(g) > 1]
         with torch.no_grad():
             out["fresh"] = call_student(f"{name}: forward of a fresh head", head, h, prev)
-        out["shared"] = lm.weight.data_ptr() == w.data_ptr() or not torch.equal(w, w_before)
-        block_weights, embed_w, lm_w = weights
-        if len(block_weights) != len(blocks):
-            return out
+        out["w_changed"] = not torch.equal(w, w_before)
         with torch.no_grad():
-            for b, (bw, bb) in zip(blocks, block_weights):
-                b.weight.copy_(bw)
-                b.bias.copy_(bb)
-            embed.weight.copy_(embed_w)
-            lm.weight.copy_(lm_w)
+            w.add_(1.0)
+        out["after"] = [[str(k), p.detach().clone()] for k, p in named]
+        own = dict(head.state_dict())
+        new = {k: v for k, v in weights.items() if k in own}
+        with torch.no_grad():
+            head.load_state_dict({**own, **new})
             out["random"] = call_student(f"{name}: forward with trained weights", head, h, prev)
     except Exception as e:  # noqa: BLE001 - the student's, reported when the check gets there
         out["error"] = wire.error_info(e)
@@ -120,4 +112,4 @@ def load_head(
 
 
 # The only functions the agent runs as probes, by name.
-PROBES = {"launch_race": launch_race, "load_head": load_head}
+PROBES = {"launch_race": launch_race, "head_report": head_report}

@@ -1,13 +1,19 @@
 """Check ``ex06.medusa_head``: a head that reads the token drafted before its own, its
 residual blocks in order, then its own copy of ``lm_head``.
 
-The head is built and run in the kernel by :func:`specdec_course.grading.kernel.probes.
-load_head`, which reports its layers, its output when fresh and its output with the judge's
-random weights; the judge compares them with the package's ``ResBlock`` holding those weights.
+The head is built and run by :func:`specdec_course.grading.kernel.probes.head_report`, which
+reports plain data only: the head's parameters by name (with which of them are one tensor),
+its output when fresh and its output with the judge's random weights loaded by name. The
+judge reads the structure off the names and shapes, and compares the outputs with the
+package's ``ResBlock`` holding those weights. Under the batch grader the probe runs in a
+fresh kernel where only the notebook's ``class MedusaHead`` was defined (:mod:`..fresh`,
+:mod:`..class_source`): nothing another cell did (a probe replaced through
+``os.sys.modules``, say) is there.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import torch
@@ -16,10 +22,14 @@ from torch import nn
 from specdec_course import medusa
 
 from ...kernel import wire
-from ...kernel.probes import load_head
+from ...kernel.probes import head_report
 from .._support import as_vector, fmt
+from ..class_source import class_cell
 from ..context import case_seed
 from ..core import Case, call, register
+from ..fresh import DefineFailed, define_alone
+from ..kernel_source import Refused
+from ..remote import Remote
 
 ATOL = 1e-5
 
@@ -102,6 +112,54 @@ def _diagnose_forward(weights, h: torch.Tensor, prev: torch.Tensor, got: torch.T
     "weights too)",
 )
 def check_medusa_head(cls) -> Iterator[Case]:
+    with contextlib.ExitStack() as stack:
+        if isinstance(cls, Remote):
+            try:
+                cls = define_alone(
+                    cls, stack, "head", class_cell(cls._sd_session.notebook[1], "MedusaHead")
+                )
+            except Refused as e:
+                yield Case("MedusaHead, taken from the notebook", False, message=str(e))
+                return
+            except DefineFailed as e:
+                yield Case(
+                    "MedusaHead, taken from the notebook",
+                    False,
+                    message=f"defining MedusaHead on its own raised {e.why}",
+                )
+                return
+        yield from _head_cases(cls)
+
+
+def _param_names(n: int) -> list[str]:
+    blocks = [f"blocks.{i}.{w}" for i in range(n) for w in ("weight", "bias")]
+    return ["embed.weight", *blocks, "lm_head.weight"]
+
+
+def _weights_by_name(weights) -> dict[str, torch.Tensor]:
+    blocks, embed_w, lm_w = weights
+    out = {"embed.weight": embed_w, "lm_head.weight": lm_w}
+    for i, (w, b) in enumerate(blocks):
+        out[f"blocks.{i}.weight"], out[f"blocks.{i}.bias"] = w, b
+    return out
+
+
+def _params(info: dict, key: str) -> dict[str, torch.Tensor] | None:
+    items = info.get(key)
+    if not isinstance(items, list):
+        return None
+    out = {}
+    for item in items:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2):
+            return None
+        name, value = item
+        if not (isinstance(name, str) and isinstance(value, torch.Tensor)):
+            return None
+        out[name] = value
+    return out
+
+
+def _head_cases(cls) -> Iterator[Case]:
     g = torch.Generator().manual_seed(case_seed(0))
     cases = []  # every input drawn before the first call: the kernel cannot steer them
     for C, V, n in ((8, 11, 1), (24, 65, 2), (12, 7, 3)):
@@ -115,12 +173,20 @@ def check_medusa_head(cls) -> Iterator[Case]:
         cases.append((C, V, n, w, h, prev, (blocks, embed_w, torch.randn(V, C, generator=g))))
     for C, V, n, w, h, prev, weights in cases:
         info = call(
-            f"MedusaHead(weight [{V}, {C}], n_layers={n})", load_head, cls, w, n, h, prev, weights
+            f"MedusaHead(weight [{V}, {C}], n_layers={n})",
+            head_report,
+            cls,
+            w,
+            n,
+            h,
+            prev,
+            _weights_by_name(weights),
         )
         if not isinstance(info, dict):
             raise TypeError("the head probe returned no report")
         name = f"C={C}, V={V}, n_layers={n}"
-        if not info.get("module"):
+        params = _params(info, "params")
+        if params is None:
             yield Case(
                 name,
                 False,
@@ -129,34 +195,35 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 "MedusaHead is not an nn.Module (did __init__ call super().__init__()?)",
             )
             return
-        shapes = info.get("shapes")
-        if shapes is None:
-            blocks, embed, lm = (tuple(info.get("layers") or ()) + ("?", "?", "?"))[:3]
+        want_names = _param_names(n)
+        shapes = {k: tuple(v.shape) for k, v in params.items()}
+        if not {"embed.weight", "lm_head.weight"} <= set(params) or not any(
+            k.startswith("blocks.") for k in params
+        ):
             yield Case(
                 name,
                 False,
                 "embed (an nn.Embedding), blocks (an nn.ModuleList of nn.Linear) and lm_head "
                 "(an nn.Linear)",
-                f"embed={embed}, blocks={blocks}, lm_head={lm}",
+                ", ".join(sorted(params)) or "no parameters",
                 "the grader reads self.embed, self.blocks and self.lm_head: keep those names "
                 "and types (lesson 06's Head has no embedding: this head reads the token "
                 "drafted before its own)",
             )
             return
-        blocks, embed_shape, lm = shapes
-        want = tuple((((C, C), True),) * n), ((V, C), True)
-        if len(blocks) != n:
+        n_blocks = len({k.split(".")[1] for k in params if k.startswith("blocks.")})
+        if n_blocks != n:
             yield Case(
                 name,
                 False,
                 f"{n} residual block(s)",
-                f"{len(blocks)}",
+                f"{n_blocks}",
                 f"n_layers={n} asks for {n} residual blocks",
             )
             return
-        if (tuple(tuple(b) for b in blocks), tuple(lm)) != (want[0], want[1]) or tuple(
-            embed_shape
-        ) != (V, C):
+        want = {k: (C, C) if k.endswith(".weight") else (C,) for k in want_names}
+        want["embed.weight"] = want["lm_head.weight"] = (V, C)
+        if shapes != want:
             yield Case(
                 name,
                 False,
@@ -166,7 +233,7 @@ def check_medusa_head(cls) -> Iterator[Case]:
                 "bias); lm_head maps C -> V without a bias, like the target's",
             )
             return
-        if not (info.get("distinct") and info.get("blocks_distinct")):
+        if info.get("same"):
             yield Case(
                 f"{name}: every block has its own weights",
                 False,
@@ -202,7 +269,12 @@ def check_medusa_head(cls) -> Iterator[Case]:
             )
             return
         yield Case(f"{name}: a fresh head equals the base head", True)
-        if _step(info, "shared") is not False:
+        after = _params(_step_info(info, "after"), "after")
+        lm_after = None if after is None else after.get("lm_head.weight")
+        kept = info.get("w_changed") is not False or (
+            lm_after is None or lm_after.shape != w.shape or not torch.equal(lm_after, w)
+        )
+        if kept:
             yield Case(
                 f"{name}: lm_head holds its own copy",
                 False,
@@ -227,3 +299,10 @@ def check_medusa_head(cls) -> Iterator[Case]:
         )
         if not ok:
             return
+
+
+def _step_info(info: dict, key: str) -> dict:
+    """``info`` itself once it holds ``key``; the student's error that stopped the probe
+    before it, raised again."""
+    _step(info, key)
+    return info

@@ -11,7 +11,7 @@ from specdec_course.decoding import caches_consistent
 from specdec_course.model import GPTConfig, KVCache
 
 from .._support import random_model
-from ..context import case_seed, fresh_cases
+from ..context import cache_writes, case_seed, fresh_cases
 from ..core import Case, call, register
 from .walk import DEEP
 
@@ -113,7 +113,8 @@ def _compaction_case(fn, name: str, start: int, tree: list, node: int, seed: int
     want = _moved(before, [], [], before.length)
     medusa.compact_cache(want, start, path)  # the package's compaction
     cache = _moved(before, [], [], before.length)
-    call(name, fn, cache, start, list(path))
+    with cache_writes():  # the API moves the cache's slots: its writes come back
+        call(name, fn, cache, start, list(path))
     if _same(cache, want):
         return Case(name, True)
     return Case(
@@ -139,7 +140,8 @@ def _model_case(fn, seed: int) -> Case:
         medusa.tree_forward(model, tokens, cache, tb)
     node = 6  # the path (0, 0, 0): three nodes, the last ones not where a chain would be
     path = list(tb.path_lists[node])
-    call(name, fn, cache, prefix.numel(), path)
+    with cache_writes():
+        call(name, fn, cache, prefix.numel(), path)
     accepted = torch.cat([prefix, tokens[[0, *path]]])
     if cache.length == accepted.numel() and caches_consistent(model, cache, accepted):
         return Case(name, True)
