@@ -41,6 +41,8 @@ from .shipped_drafts import *  # noqa: F403
 from .shipped_drafts import __all__ as _drafts_all
 from .speedup import *  # noqa: F403
 from .speedup import __all__ as _speedup_all
+from .speedup_record import *  # noqa: F403
+from .speedup_record import __all__ as _speedup_record_all
 from .verifier_sweep import *  # noqa: F403
 from .verifier_sweep import __all__ as _verifier_all
 
@@ -48,6 +50,7 @@ __all__ = [
     *_verifier_all,
     *_forward_all,
     *_speedup_all,
+    *_speedup_record_all,
     *_compare_all,
     *_drafts_all,
     *_ngram_alpha_all,

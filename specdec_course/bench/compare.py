@@ -116,7 +116,7 @@ def stored_best(method: str, temperature: float, *, speedup=None, eagle=None) ->
     without the method.
     """
     from .eagle_race import RESULTS_FILE, load_eagle_results
-    from .speedup import load_speedup_results
+    from .speedup_record import load_speedup_results
 
     check_real(temperature, "temperature", low=0.0)
     if method not in BENCH_METHOD:

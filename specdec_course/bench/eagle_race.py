@@ -25,7 +25,8 @@ import torch
 from ._args import check_run
 from .records import load_record, save_record
 from .shipped_drafts import load_drafts
-from .speedup import best_row, measure_speedup, validation_prompts
+from .speedup import measure_speedup, validation_prompts
+from .speedup_record import best_row
 
 __all__ = ["EAGLE_KS", "measure_eagle", "save_eagle_results", "load_eagle_results"]
 

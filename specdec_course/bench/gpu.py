@@ -110,7 +110,8 @@ def _speedup(dry: bool, dev: torch.device, machine: str, out: Path, progress: bo
     from ..medusa import load_heads
     from ..model import load_pretrained
     from .forward import forward_costs
-    from .speedup import measure_speedup, save_speedup_results, validation_prompts
+    from .speedup import measure_speedup, validation_prompts
+    from .speedup_record import save_speedup_results
 
     cfg = DRY_SPEEDUP if dry else GPU_SPEEDUP
     target = load_pretrained("target", device=dev)
@@ -263,7 +264,7 @@ def gpu_speedup_report(methods=("draft", "ngram"), directory: str | Path | None 
     measured speedup of each of ``methods`` (names of the record's drafts, or "medusa").
     Lessons 04 and 07 print it, so that a CPU machine shows what a GPU measured.
     """
-    from .speedup import format_speedup_table, load_gpu_speedup_results
+    from .speedup_record import format_speedup_table, load_gpu_speedup_results
 
     record = load_gpu_speedup_results(directory)
     if record is None:

@@ -45,7 +45,8 @@ import torch
 
 from ..devices import native_cpu_kernels
 from .records import load_record, save_record
-from .speedup import best_row, load_speedup_results, validation_prompts
+from .speedup import validation_prompts
+from .speedup_record import best_row, load_speedup_results
 
 __all__ = [
     "HF_METHODS",

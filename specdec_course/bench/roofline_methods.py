@@ -45,7 +45,7 @@ def measured_acceptance(temperature: float = 1.0, directory=None) -> dict:
     neither record holds ``temperature``, FileNotFoundError when a record is missing.
     """
     from .eagle_race import load_eagle_results
-    from .speedup import load_speedup_results
+    from .speedup_record import load_speedup_results
 
     out: dict = {}
     for res in load_speedup_results(directory)["results"]:
@@ -212,7 +212,7 @@ def format_roofline_report(
     (``format_modelled_ratios``) and, per batch size, each method's predicted best speedup
     at the acceptance stored in ``directory`` (default data/results/), all headed as a model;
     then a line naming the stored GPU record, where there is one, that measures instead."""
-    from .speedup import load_gpu_speedup_results
+    from .speedup_record import load_gpu_speedup_results
 
     target, draft = _shape(target), _shape(draft)
     acceptance = measured_acceptance(temperature, directory)
