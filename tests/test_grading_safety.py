@@ -23,7 +23,7 @@ from specdec_course import grading
 from specdec_course.grading.judge import context, copying, discovery, ex01, reports
 from specdec_course.grading.judge.exposure import Exposed
 from specdec_course.grading.judge.jobs import SubmissionResult
-from specdec_course.grading.kernel import wire
+from specdec_course.grading.student_side import wire
 from specdec_course.model import CharGPT, GPTConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -238,7 +238,7 @@ def test_a_withheld_call_from_the_kernel_names_the_function():
     race = _rewritten("specdec_course.sampling", "ex05").exponential_race
     with pytest.raises(RuntimeError) as err:
         race(torch.ones(3))
-    from specdec_course.grading.kernel.errors import error_info
+    from specdec_course.grading.student_side.errors import error_info
 
     info = error_info(err.value)
     assert withheld.named_in(info) == ("specdec_course.sampling.exponential_race", "ex05")

@@ -31,8 +31,8 @@ from specdec_course.grading.judge.exposure import Exposed
 from specdec_course.grading.judge.jobs import Job
 from specdec_course.grading.judge.submission import grade_submission
 from specdec_course.grading.judge.worker import Judge
-from specdec_course.grading.kernel import wire
-from specdec_course.grading.kernel.results import CheckResult
+from specdec_course.grading.student_side import wire
+from specdec_course.grading.student_side.results import CheckResult
 from specdec_course.model import CharGPT, GPTConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -78,7 +78,7 @@ def alpha_estimate(*args, **kwargs):
 # by the untouched stub; written so that the source scan cannot follow it.
 _FORGE = """
 import sys, torch
-probes = sys.modules["specdec_course.grading.kernel.probes"]
+probes = sys.modules["specdec_course.grading.student_side.probes"]
 def fake(cls, w, n_layers, h, prev, weights):
     C, V = w.shape[1], w.shape[0]
     return {"module": True, "type": "MedusaHead", "layers": ("ModuleList", "Embedding", "Linear"),
@@ -158,7 +158,7 @@ def _hidden(code: str) -> str:
 # the kernel taken from the source in a kernel of its own, so neither reaches the verdict.
 _PROBE_EX05 = """
 import sys, torch
-probes = sys.modules["specdec_course.grading.kernel." + "pro" + "bes"]
+probes = sys.modules["specdec_course.grading.student_side." + "pro" + "bes"]
 def fake(kernel, pos, p, q, e, block_v):
     r = torch.arange(pos.shape[0])
     return ((p[r, pos] - q[r, pos]).clamp_min(0) / e).argmax(-1).to(torch.int64)

@@ -13,6 +13,9 @@ import importlib
 import sys
 
 COMMANDS = ("prepare_data", "train", "generate", "bench", "grade", "export")
+# The module of each command; two carry a suffix so that no file name in the package means two
+# things (``specdec_course.train`` is the training loop, ``specdec_course.bench`` the benches).
+_MODULES = {"train": "train_command", "bench": "bench_command"}
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -60,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name in COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").add_parser(sub)
+        importlib.import_module(f"{__name__}.{_MODULES.get(name, name)}").add_parser(sub)
     return ap
 
 

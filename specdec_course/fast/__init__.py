@@ -18,7 +18,7 @@ not their arithmetic (lesson 04 section 5, the appendix). These steps compute wh
 Each is built once per version of the model's weights and kept beside the model
 (``derived``: a table keyed by the model, stamped with its weights' version counters, so it
 cannot go stale; ``rebuild(model)`` forgets explicitly). Other course decoders (the real
-LLM's ``llm.model.Llama``) bring their own ``lean_step()`` and ``draft_step()``, which
+LLM's ``llm.llama.Llama``) bring their own ``lean_step()`` and ``draft_step()``, which
 ``lean_step`` and ``draft_step`` here return. The model's own package imports nothing from
 here; the decoding loops and the drafts take their steps from here.
 """

@@ -199,7 +199,7 @@ def _heads(qkv: torch.Tensor, T: int, nh: int, hs: int) -> torch.Tensor:
 def lean_step(model, *, numpy: bool = False):
     """``model``'s ``LeanStep`` (the batch-1 cached step every decoding loop takes), built once
     per version of its weights (``fast.derived``); ``numpy=True`` its NumPy twin. Another
-    course decoder (``course_decoder = True``, e.g. ``llm.model.Llama``) gives its own
+    course decoder (``course_decoder = True``, e.g. ``llm.llama.Llama``) gives its own
     ``model.lean_step()``; it has no NumPy step (ValueError)."""
     if not isinstance(model, CharGPT):
         if numpy:

@@ -19,7 +19,7 @@ calling the functions the notebook defined, found by name, through a narrow chan
 
 Two rooms, by trust
 -------------------
-- :mod:`.kernel`: what runs beside student code and what the sandbox may import (the agent
+- :mod:`.student_side`: what runs beside student code and what the sandbox may import (the agent
   that runs cells and calls the student's functions, the wire format, the shared result
   types, the probes that launch a student's object where it lives). Trusted by nobody.
 - :mod:`.judge`: the registry, the checks with their references and exact laws, case
@@ -59,7 +59,7 @@ found and imported on first use) and register its checks::
 - Under the batch grader the student's objects live in a kernel: call them only through
   :func:`call` / :func:`call_repeat` (or directly), with plain data, models, caches or
   callables as arguments, and expect plain data back. To use a student's object that cannot
-  travel (a class, a Triton kernel), add a *probe* to :mod:`.kernel.probes` (plain data in
+  travel (a class, a Triton kernel), add a *probe* to :mod:`.student_side.probes` (plain data in
   and out, no reference, no verdict) and ``call(case, probe, obj, ...)``.
 - List in the module's ``PUBLIC_IMPLEMENTATIONS`` (dotted paths of top-level functions) the
   package's own versions of what the exercise asks for, in every module that has one: its
@@ -86,9 +86,9 @@ import importlib
 from typing import Any
 
 from .inline import check, when_implemented
-from .kernel import BATCH_ENV
-from .kernel.errors import StudentError
-from .kernel.results import STATUSES, Case, CheckResult, ExerciseReport
+from .student_side import BATCH_ENV
+from .student_side.errors import StudentError
+from .student_side.results import STATUSES, Case, CheckResult, ExerciseReport
 
 # Judge-side names, imported on first use (absent in the sandbox).
 _JUDGE = {

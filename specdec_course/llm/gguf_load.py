@@ -98,7 +98,7 @@ def _gguf():
     return gguf
 
 
-# The file's tensor names and the course model's parameter names (``llm.model.Llama``).
+# The file's tensor names and the course model's parameter names (``llm.llama.Llama``).
 _LAYER_NAMES = {
     "attn_norm": "attention_norm.weight",
     "attn_q": "attention.wq",

@@ -28,7 +28,7 @@ import torch
 
 from . import packed
 from .gguf_load import read_gguf
-from .model import Llama, LlamaConfig
+from .llama import Llama, LlamaConfig
 from .tokenizer import GGUFTokenizer
 
 __all__ = ["default_dtype", "load", "build"]

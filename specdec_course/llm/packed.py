@@ -67,7 +67,7 @@ class PackedLinear(nn.Module):
 
 
 def pack(model):
-    """``model`` (an ``llm.model.Llama`` in bfloat16) with every block's products and its head
+    """``model`` (an ``llm.llama.Llama`` in bfloat16) with every block's products and its head
     packed for oneDNN. Returns the model unchanged where :func:`can_pack` is False."""
     if not can_pack(model.compute_dtype) or model.lm_head.weight.device.type != "cpu":
         return model

@@ -71,7 +71,7 @@ def check_model(model, name: str = "model"):
     """Return ``model`` if it is a ``CharGPT``, or another decoder whose class declares that it
     has everything the decoding loops read (``course_decoder = True``: ``config.vocab_size``
     and ``block_size``, ``lm_head.weight``, ``new_cache``, ``forward(idx, cache)``,
-    ``lean_step``; ``llm.model.Llama``); else ValueError naming the argument."""
+    ``lean_step``; ``llm.llama.Llama``); else ValueError naming the argument."""
     from .gpt import CharGPT  # the model module imports these checks
 
     if not isinstance(model, CharGPT) and not getattr(type(model), "course_decoder", False):

@@ -5,6 +5,6 @@ and exact laws (``exNN``), case generation (:mod:`.context`), the sessions that 
 kernel (:mod:`.session`, :mod:`.remote`, :mod:`.exposure`), the sandbox (:mod:`.sandbox`),
 one submission's grading (:mod:`.submission`) and the batch runner (:mod:`.runner`,
 :mod:`.worker`, :mod:`.cluster`, :mod:`.batch`, :mod:`.reports`). It imports the kernel side
-(:mod:`specdec_course.grading.kernel`) for the wire format and the shared result types;
+(:mod:`specdec_course.grading.student_side`) for the wire format and the shared result types;
 nothing there imports this package.
 """

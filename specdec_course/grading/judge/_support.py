@@ -14,7 +14,7 @@ import torch
 
 from specdec_course.model import CharGPT, GPTConfig
 
-from ..kernel.results import Case
+from ..student_side.results import Case
 from . import context
 
 # The package's own versions of the accept/resample rule and of its recovered-token race, in

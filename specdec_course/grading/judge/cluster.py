@@ -35,7 +35,7 @@ from multiprocessing.connection import wait as _wait_conns
 from typing import Any
 
 from ... import __version__
-from ..kernel.results import CheckResult
+from ..student_side.results import CheckResult
 from . import sandbox
 from .jobs import Job, SubmissionResult
 from .worker import Judge, keep_check, lost_result, orphans

@@ -49,10 +49,10 @@ _GRADER_PUBLIC = {
     GRADER,
     f"{GRADER}.check",
     f"{GRADER}.when_implemented",
-    f"{GRADER}.ex05",
-    f"{GRADER}.ex05.launch_race",
-    f"{GRADER}.ex05.make_race_inputs",
-    f"{GRADER}.ex05.reference_race",
+    f"{GRADER}.ex05_notebook",
+    f"{GRADER}.ex05_notebook.launch_race",
+    f"{GRADER}.ex05_notebook.make_race_inputs",
+    f"{GRADER}.ex05_notebook.reference_race",
 }
 _FRAME_ATTRS = {"tb_frame", "tb_next", "f_back", "f_globals", "f_locals", "gi_frame", "cr_frame"}
 _DYNAMIC = {"exec", "eval", "compile", "__import__", "importlib.import_module", "import_module"}
@@ -323,7 +323,7 @@ def _grader_flags(node: ast.AST, names: _Names, found: Findings) -> None:
         if base == "builtins" or names.package_ref(node.args[0]):
             found.tamper(f"runs code built at run time (vars({base}))")
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        if re.search(r"grading\.(judge|kernel)|_Agent\b|\bprobes\b", node.value):
+        if re.search(r"grading\.(judge|student_side|kernel)|_Agent\b|\bprobes\b", node.value):
             found.tamper("names the grader's internals in a string")
     if isinstance(node, ast.Call):
         f = names.dotted(node.func) or (node.func.id if isinstance(node.func, ast.Name) else "")

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..kernel.results import STATUSES, Case, CheckResult, ExerciseReport
+from ..student_side.results import STATUSES, Case, CheckResult, ExerciseReport
 from . import context
-from .errors import CheckTimeout, KernelLost, StudentError
+from .interrupts import CheckTimeout, KernelLost, StudentError
 
 __all__ = [
     "Case",

@@ -52,7 +52,7 @@ STUDENT_EDITION: dict[str, str] = {
     "while ex05 is graded",
     "specdec_course.grading": "inline check() and when_implemented, which print feedback in "
     "the notebook: no reference (the judge side is not mounted)",
-    "specdec_course.grading.kernel": "the kernel side of the batch grader (the agent, the "
+    "specdec_course.grading.student_side": "the kernel side of the batch grader (the agent, the "
     "wire, the probes): plain data, no reference",
     "specdec_course.bench": "the measurements the lessons show (speed ratios, rooflines); no "
     "graded rule",

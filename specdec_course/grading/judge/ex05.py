@@ -33,8 +33,8 @@ import torch
 
 from specdec_course import verifier
 
-from ..kernel.helpers import make_race_inputs
-from ..kernel.probes import launch_race
+from ..student_side.helpers import make_race_inputs
+from ..student_side.probes import launch_race
 from . import context
 from ._support import RULE_IMPLEMENTATIONS
 from .context import case_seed

@@ -7,7 +7,7 @@ only lives there proves nothing. For the checks that need such a report (ex05's 
 Triton kernel, ex06's head), the judge writes a cell from the notebook's source that defines
 the one object and nothing else, starts a kernel under the same sandbox and limits, runs
 that cell, and asks its questions there. The answers are plain data, which the judge reads
-and judges (:mod:`..kernel.probes` decides nothing).
+and judges (:mod:`..student_side.probes` decides nothing).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..kernel.results import STATUSES
+from ..student_side.results import STATUSES
 from .context import wall_backstop
 from .core import CheckResult, checks_for
 

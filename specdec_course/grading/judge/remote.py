@@ -3,7 +3,7 @@
 The batch grader hands the checks :class:`Remote` objects instead of the student's own; the
 checks call them exactly as they call a local function (through :func:`.core.call`), and
 the call runs in the kernel, on the arguments the check chose, within the check's deadline.
-A probe of :mod:`..kernel.probes` called with student objects among its arguments (ex05's
+A probe of :mod:`..student_side.probes` called with student objects among its arguments (ex05's
 ``launch_race``) runs in the kernel, since that is where those objects are.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernel.probes import PROBES
+from ..student_side.probes import PROBES
 from . import context
-from .errors import CheckTimeout
+from .interrupts import CheckTimeout
 from .session import KernelGone, RemoteTimeout, Session
 
 __all__ = ["KernelGone", "Remote", "remote_call"]
@@ -65,9 +65,9 @@ def remote_call(
 ) -> Any:
     """Run ``func(*args, **kwargs)`` (``repeat`` times: a list) where the student objects are.
 
-    ``func`` is a :class:`Remote`, or a probe of :mod:`..kernel.probes` whose arguments include
-    one (it then runs in the kernel). ``inplace``: return ``(value, args after the call)``.
-    Raises what the student's code raised (rebuilt), :class:`.errors.CheckTimeout` past the
+    ``func`` is a :class:`Remote`, or a probe of :mod:`..student_side.probes` whose arguments
+    include one (it then runs in the kernel). ``inplace``: return ``(value, args after the call)``.
+    Raises what the student's code raised (rebuilt), :class:`.interrupts.CheckTimeout` past the
     check's deadline, or :class:`KernelGone` when the kernel was lost.
     """
     session = _session_of(func, args, kwargs)

@@ -23,7 +23,7 @@ from multiprocessing.connection import wait as _wait_conns
 
 from ..._validate import check_int
 from ...paths import REPO_ROOT
-from ..kernel.results import CheckResult
+from ..student_side.results import CheckResult
 from . import sandbox
 from .cluster import check_scheduler, run_on_dask
 from .core import checks_for, exercises

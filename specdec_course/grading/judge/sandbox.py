@@ -32,7 +32,7 @@ from pathlib import Path
 
 from specdec_course.paths import data_dir
 
-from ..kernel import BATCH_ENV, UID_ENV
+from ..student_side import BATCH_ENV, UID_ENV
 from . import withheld
 from .cgroup import CGroup, kill_pids
 from .processes import Started, descendants, remove_cgroups, set_subreaper
@@ -121,10 +121,10 @@ def _this_package() -> str:
 
 
 def kernel_command() -> list[str]:
-    """The command that starts a kernel (:mod:`.kernel`), with this interpreter and this
+    """The command that starts a kernel (:mod:`.student_side`), with this interpreter and this
     copy of the package."""
     code = _this_package() + (
-        "import runpy; runpy.run_module('specdec_course.grading.kernel', "
+        "import runpy; runpy.run_module('specdec_course.grading.student_side', "
         "run_name='__main__', alter_sys=True)"
     )
     return [sys.executable, "-I", "-c", code]
@@ -275,7 +275,7 @@ def _probe(argv: list[str], env: dict[str, str] | None) -> str:
 
 # What a kernel that leaves root must still do: take its uid and import what it runs with.
 _AS_KERNEL = (
-    "from specdec_course.grading.kernel import drop_root; drop_root(); "
+    "from specdec_course.grading.student_side import drop_root; drop_root(); "
     "import os, torch, IPython, specdec_course.paths; assert os.getuid() != 0"
 )
 

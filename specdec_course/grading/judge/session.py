@@ -1,6 +1,6 @@
 """The judge's side of one kernel: start it in the sandbox, run cells, call student code.
 
-A :class:`Session` owns one kernel process (:mod:`.kernel`, started by :mod:`.sandbox`) and
+A :class:`Session` owns one kernel process (:mod:`.student_side`, started by :mod:`.sandbox`) and
 its two pipes. Every request has a deadline; a kernel that does not answer by then, dies,
 or sends something that is not a well-formed frame is killed, and the session says why
 (:attr:`Session.lost`): the judge then starts a fresh one and replays the notebook.
@@ -15,11 +15,11 @@ import secrets
 import time
 from typing import Any
 
-from ..kernel import wire
+from ..student_side import wire
 from . import sandbox, withheld
 from .context import wall_backstop
-from .errors import KernelLost
 from .exposure import MAX_REQUESTS_PER_CHECK, Exposed
+from .interrupts import KernelLost
 
 __all__ = ["KernelGone", "RemoteTimeout", "Session"]
 

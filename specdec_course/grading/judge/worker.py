@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..kernel.results import CheckResult
+from ..student_side.results import CheckResult
 from .jobs import Job, SubmissionResult
 from .sandbox import Plan, descendants, remove_cgroups, set_subreaper
 from .submission import grade_submission

@@ -1,7 +1,7 @@
 """Check ``ex06.medusa_head``: a head that reads the token drafted before its own, its
 residual blocks in order, then its own copy of ``lm_head``.
 
-The head is built and run by :func:`specdec_course.grading.kernel.probes.head_report`, which
+The head is built and run by :func:`specdec_course.grading.student_side.probes.head_report`, which
 reports plain data only: the head's parameters by name (with which of them are one tensor),
 its output when fresh and its output with the judge's random weights loaded by name. The
 judge reads the structure off the names and shapes, and compares the outputs with the
@@ -21,8 +21,8 @@ from torch import nn
 
 from specdec_course import medusa
 
-from ...kernel import wire
-from ...kernel.probes import head_report
+from ...student_side import wire
+from ...student_side.probes import head_report
 from .._support import as_vector, fmt
 from ..class_source import class_cell
 from ..context import case_seed

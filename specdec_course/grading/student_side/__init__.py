@@ -1,7 +1,7 @@
 """The kernel side of the batch grader: what the sandbox may import.
 
 The agent that runs a submission's cells and calls its functions (:mod:`.agent`, started as
-``python -I -m specdec_course.grading.kernel``), the channel format (:mod:`.wire`), the
+``python -I -m specdec_course.grading.student_side``), the channel format (:mod:`.wire`), the
 plain result types both sides share (:mod:`.results`, :mod:`.errors`) and the probes that
 launch a student's object where it lives (:mod:`.probes`). Nothing here is a reference, an
 exact law or a case generator: those are in :mod:`specdec_course.grading.judge`, which the

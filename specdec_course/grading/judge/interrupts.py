@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..kernel.errors import StudentError
+from ..student_side.errors import StudentError
 
 __all__ = ["CheckTimeout", "KernelLost", "StudentError"]
 

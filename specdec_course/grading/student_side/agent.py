@@ -1,6 +1,6 @@
 """The kernel: runs one submission's cells inside the sandbox and answers the judge's calls.
 
-Started by the judge as ``python -I -m specdec_course.grading.kernel`` with two pipes whose
+Started by the judge as ``python -I -m specdec_course.grading.student_side`` with two pipes whose
 numbers ``SPECDEC_KERNEL_FDS`` gives (requests in, answers out); stdout and stderr go
 nowhere. Everything here runs beside student code and is trusted by nobody: the judge treats
 every answer as something the student's code produced, validates it, and decides every

@@ -1,4 +1,4 @@
-"""``python -I -m specdec_course.grading.kernel``: serve the judge (see :mod:`.agent`)."""
+"""``python -I -m specdec_course.grading.student_side``: serve the judge (see :mod:`.agent`)."""
 
 from . import drop_root
 

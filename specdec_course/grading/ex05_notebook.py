@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import importlib
 
-from .kernel.helpers import make_race_inputs
-from .kernel.probes import launch_race
+from .student_side.helpers import make_race_inputs
+from .student_side.probes import launch_race
 
 __all__ = ["launch_race", "make_race_inputs", "reference_race"]
 
