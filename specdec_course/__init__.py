@@ -64,7 +64,9 @@ def notebook_setup(seed: int = 0, threads: int = 1) -> None:
     import numpy as np
     import torch
 
-    torch.set_num_threads(threads)
+    from .devices import set_threads
+
+    set_threads(threads)  # torch's threads and NumPy's BLAS threads
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)

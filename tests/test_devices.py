@@ -113,3 +113,20 @@ def test_synced_clock_is_the_plain_clock_on_a_cpu():
 
     assert devices.clock("cpu") is time.perf_counter
     devices.synchronize("cpu")  # nothing to wait for
+
+
+def test_set_threads_sets_numpys_blas_threads_with_torchs():
+    # The NumPy draft steps call NumPy's BLAS, whose pool ignores torch.set_num_threads: on a
+    # busy machine its extra threads wait for cores (devices' docstring has the measurement).
+    from threadpoolctl import threadpool_info
+
+    from specdec_course.devices import set_threads
+
+    before = torch.get_num_threads()
+    try:
+        set_threads(1)
+        assert torch.get_num_threads() == 1
+        blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+        assert blas and all(p["num_threads"] == 1 for p in blas)
+    finally:
+        set_threads(before)

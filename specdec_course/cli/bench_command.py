@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..devices import set_threads
 from . import bench_llm, bench_models
 from .bench_models import add_out as _add_out
 from .bench_models import checked
@@ -220,7 +221,7 @@ def _speedup(args) -> int:
     if args.repeats is not None and args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1; got {args.repeats}")
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
-    torch.set_num_threads(1)
+    set_threads(1)
     target = load_pretrained("target")
     prompts = bench.validation_prompts(CharTokenizer(target.vocab))
     wanted = {"all": ("draft", "ngram", "distilled", "medusa", *FEATURE_READERS)}.get(
@@ -285,7 +286,7 @@ def _eagle(args) -> int:
     """The EAGLE-style drafts against the draft model at temperature 1 and 0 (lesson 09b)."""
     from .. import bench
 
-    torch.set_num_threads(1)
+    set_threads(1)
     temps = (args.temperature,) if args.temperature is not None else (1.0, 0.0)
     record = bench.measure_eagle(temperatures=temps, repeats=args.repeats or 5)
     print(f"load average {record['load_before']:.1f} before, {record['load_after']:.1f} after")
@@ -306,7 +307,7 @@ def _beyond(args) -> int:
     from ..drafts.distilled import load_distilled
     from ..model import load_pretrained
 
-    torch.set_num_threads(1)
+    set_threads(1)
     target, draft = load_pretrained("target"), load_pretrained("draft")
     tok = CharTokenizer(target.vocab)
     prompts = bench.validation_prompts(tok)

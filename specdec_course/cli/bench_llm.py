@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from ..devices import set_threads
 from .bench_models import add_out, checked
 
 
@@ -77,7 +78,7 @@ def run(args) -> int:
     if args.quick:
         sets = {k: v[:2] for k, v in PROMPT_SETS.items()}
         ks, n_new = (4,), min(n_new, 32)
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     dtype = None if args.dtype is None else getattr(torch, args.dtype)
     model, tok = llm.load(dtype)
     print(f"SmolLM2-135M in {model.compute_dtype}, {args.threads} threads")

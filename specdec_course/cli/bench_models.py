@@ -4,7 +4,7 @@ writes (``--record`` or a scratch folder) and its arguments checked before it me
 
 from __future__ import annotations
 
-import torch
+from ..devices import set_threads
 
 
 def checked(args) -> None:
@@ -81,7 +81,7 @@ def _hf(args) -> int:
         require_transformers()
     except ImportError as e:
         raise ValueError(str(e)) from None
-    torch.set_num_threads(1)
+    set_threads(1)
     temps = (args.temperature,) if args.temperature is not None else (0.0, 1.0)
     record = bench_hf.measure_hf(temperatures=temps, repeats=args.repeats, progress=True)
     for race in record["runs"]:

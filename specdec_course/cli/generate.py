@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from ..devices import set_threads
 from ..sampling import MIN_TEMPERATURE
 
 METHODS = {
@@ -166,7 +167,7 @@ def run(args) -> int:
     from ..decoding import generate, speculative_generate
     from ..model import load_pretrained
 
-    torch.set_num_threads(1)
+    set_threads(1)
     target = load_pretrained("target")
     _check_args(args, target.config.block_size)
     tok = CharTokenizer(target.vocab)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+from ..devices import set_threads
 
 
 def add_parser(sub) -> None:
@@ -63,7 +63,7 @@ def run(args) -> int:
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1; got {args.threads}")
-        torch.set_num_threads(args.threads)
+        set_threads(args.threads)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
     if args.preset in ("medusa", "eagle", "fused", "recurrent", "ngram"):

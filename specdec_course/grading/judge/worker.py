@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ...devices import set_threads
 from ..student_side.results import CheckResult
 from .jobs import Job, SubmissionResult
 from .sandbox import Plan, descendants, remove_cgroups, set_subreaper
@@ -90,9 +91,8 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
     limit_memory(JUDGE_MEMORY_MB)
-    import torch
 
-    torch.set_num_threads(1)  # the judge's share of the cores; the kernels have theirs
+    set_threads(1)  # the judge's share of the cores; the kernels have theirs
     plan = Plan.from_dict(plan_dict)
     seq = 0
     while True:
