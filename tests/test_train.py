@@ -218,3 +218,22 @@ def test_shipped_draft_was_distilled_from_the_shipped_target(shipped):
 def test_shipped_checkpoint_files_are_at_most_3_mb():
     for name in ("target", "draft"):
         assert (checkpoints_dir() / f"{name}.pt").stat().st_size <= 3_000_000
+
+
+def test_train_writes_to_the_scratch_folder_unless_told_to_replace_a_shipped_file(
+    tmp_path, monkeypatch, capsys
+):
+    # A documented command leaves `git status` clean: without --record (or --out) the
+    # checkpoint goes to the git-ignored scratch folder, never over data/checkpoints/.
+    from specdec_course.paths import checkpoints_dir
+
+    shipped = checkpoints_dir() / "draft.pt"
+    before = shipped.stat().st_mtime_ns, shipped.read_bytes()
+    monkeypatch.setenv("SPECDEC_SCRATCH", str(tmp_path))
+    assert main(["train", "--preset", "draft", "--steps", "2", "--threads", "1"]) == 0
+    assert (tmp_path / "checkpoints" / "draft.pt").is_file()
+    assert str(tmp_path / "checkpoints" / "draft.pt") in capsys.readouterr().out
+    assert (shipped.stat().st_mtime_ns, shipped.read_bytes()) == before
+    assert main(["train", "--preset", "draft", "--record", "--out", str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "--record" in err and "--out" in err and len(err.strip().splitlines()) == 1

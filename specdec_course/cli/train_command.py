@@ -37,7 +37,18 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="random seed of the initialisation and batches"
     )
-    p.add_argument("--out", default=None, help="checkpoint path (default: data/checkpoints/)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="checkpoint path (default: bench-results/checkpoints/, the git-ignored scratch "
+        "folder; see --record)",
+    )
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="replace the shipped file in data/checkpoints/, which generate, the lessons and "
+        "the tests load",
+    )
     p.add_argument(
         "--distill-from", default=None, help="teacher checkpoint for the draft (not medusa)"
     )
@@ -68,6 +79,10 @@ def run(args) -> int:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
     if args.preset in ("medusa", "eagle", "fused", "recurrent", "ngram"):
         _no_model_options(args)
+    if args.record and args.out is not None:
+        raise ValueError("--record writes to data/checkpoints/; --out elsewhere: give one of them")
+    if not args.record and args.out is None:  # never the shipped file by accident
+        args.out = str(_scratch_file(args.preset))
     for flag, value in (("--init-from", args.init_from), ("--distill-from", args.distill_from)):
         if value is not None and not Path(value).is_file():  # a typo, not a missing preset
             raise FileNotFoundError(
@@ -107,6 +122,17 @@ def run(args) -> int:
             f"{meta['alpha_vs_teacher']:.4f} after distillation"
         )
     return 0
+
+
+def _scratch_file(preset: str) -> Path:
+    """Where ``train --preset PRESET`` writes without ``--record`` or ``--out``."""
+    from ..drafts.distilled import DISTILLED_FILE
+    from ..paths import scratch_dir
+
+    name = DISTILLED_FILE if preset == "ngram" else f"{preset}.pt"
+    folder = scratch_dir() / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
 
 
 def _no_model_options(args) -> None:

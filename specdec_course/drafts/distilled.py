@@ -190,7 +190,7 @@ class DistilledNgramDraft(NgramDraft):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(
-                f"distilled n-gram {path} not found; rebuild it with: {_REBUILD}"
+                f"distilled n-gram {path} not found; rebuild it with: {_REBUILD} --record"
             )
         try:
             with np.load(path, allow_pickle=False) as f:
@@ -201,7 +201,7 @@ class DistilledNgramDraft(NgramDraft):
         except Exception as e:  # truncated zip, missing arrays, bad JSON
             raise ValueError(
                 f"distilled n-gram {path} could not be read ({type(e).__name__}: {str(e)[:200]}); "
-                f"delete it and rebuild it with: {_REBUILD}"
+                f"delete it and rebuild it with: {_REBUILD} --record"
             ) from None
         if ids is None:
             ids, _ = D.corpus_split()

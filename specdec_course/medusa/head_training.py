@@ -227,7 +227,7 @@ def load_heads(
     path = Path(path) if path is not None else checkpoints_dir() / "medusa.pt"
     if not path.is_file():
         raise FileNotFoundError(
-            f"Medusa heads {path} not found; rebuild them with: {REBUILD_COMMAND}"
+            f"Medusa heads {path} not found; rebuild them with: {REBUILD_COMMAND} --record"
         )
     if kind not in ("medusa", "hydra"):
         raise ValueError(f"kind must be 'medusa' or 'hydra'; got {kind!r}")
@@ -244,14 +244,14 @@ def load_heads(
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"Medusa heads {path} could not be read ({type(e).__name__}: "
-            f"{str(e)[:200]}); delete it and rebuild it with: {REBUILD_COMMAND}"
+            f"{str(e)[:200]}); delete it and rebuild it with: {REBUILD_COMMAND} --record"
         ) from None
     if target is not None and not math.isclose(
         _fingerprint(target), float(ck["target_fingerprint"]), rel_tol=0, abs_tol=1e-3
     ):
         raise ValueError(
             f"Medusa heads {path} were trained on another target model; "
-            f"retrain them with: {REBUILD_COMMAND}"
+            f"retrain them with: {REBUILD_COMMAND} --record"
         )
     heads.eval()
     if target is not None:

@@ -16,17 +16,18 @@ from .gpt import CharGPT
 
 
 def rebuild_command(name: str) -> str:
-    """The command that rebuilds the shipped checkpoint ``name`` ("target" or "draft")."""
+    """The command that rebuilds the shipped checkpoint ``name`` ("target" or "draft") in
+    ``data/checkpoints/`` (``--record``: without it, ``train`` writes to the scratch folder)."""
     if name == "draft":
         distill = (
-            "specdec-course train --preset draft --init-from data/checkpoints/draft.pt "
+            "specdec-course train --preset draft --record --init-from data/checkpoints/draft.pt "
             "--distill-from data/checkpoints/target.pt"
         )
         return (
-            f"specdec-course train --preset draft && {distill} && "
+            f"specdec-course train --preset draft --record && {distill} && "
             f"{distill} --distill-loss tv --lr 1e-3 --steps 2500"
         )
-    return f"specdec-course train --preset {name}"
+    return f"specdec-course train --preset {name} --record"
 
 
 def save_checkpoint(path: str | Path, model: CharGPT, vocab: str, meta: dict | None = None) -> Path:

@@ -344,7 +344,7 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
     check_model(target, "target")
     path = Path(path) if path is not None else checkpoints_dir() / "eagle.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"EAGLE draft {path} not found; rebuild it with: {REBUILD_COMMAND}")
+        raise FileNotFoundError(f"EAGLE draft {path} not found; rebuild it with: {REBUILD_COMMAND} --record")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
         draft = EagleDraft(target)
@@ -352,13 +352,13 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"EAGLE draft {path} could not be read ({type(e).__name__}: {str(e)[:200]}); "
-            f"delete it and rebuild it with: {REBUILD_COMMAND}"
+            f"delete it and rebuild it with: {REBUILD_COMMAND} --record"
         ) from None
     if not math.isclose(
         _fingerprint(target), float(ck["target_fingerprint"]), rel_tol=0, abs_tol=1e-3
     ):
         raise ValueError(
-            f"EAGLE draft {path} was trained on another target; retrain it with: {REBUILD_COMMAND}"
+            f"EAGLE draft {path} was trained on another target; retrain it with: {REBUILD_COMMAND} --record"
         )
     draft.to(target.lm_head.weight.device).eval()
     draft.meta = dict(ck.get("meta", {}))

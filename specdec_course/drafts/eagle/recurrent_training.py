@@ -195,7 +195,7 @@ def load_recurrent(path: str | Path | None = None, *, target: CharGPT) -> Recurr
     path = Path(path) if path is not None else checkpoints_dir() / "recurrent.pt"
     if not path.is_file():
         raise FileNotFoundError(
-            f"recurrent draft {path} not found; rebuild it with: {RECURRENT_COMMAND}"
+            f"recurrent draft {path} not found; rebuild it with: {RECURRENT_COMMAND} --record"
         )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
@@ -206,12 +206,12 @@ def load_recurrent(path: str | Path | None = None, *, target: CharGPT) -> Recurr
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"recurrent draft {path} could not be read for this target ({type(e).__name__}: "
-            f"{str(e)[:200]}); delete it and rebuild it with: {RECURRENT_COMMAND}"
+            f"{str(e)[:200]}); delete it and rebuild it with: {RECURRENT_COMMAND} --record"
         ) from None
     if not math.isclose(_fingerprint(target), fp, rel_tol=0, abs_tol=1e-3):
         raise ValueError(
             f"recurrent draft {path} was trained on another target; retrain it with: "
-            f"{RECURRENT_COMMAND}"
+            f"{RECURRENT_COMMAND} --record"
         )
     draft.to(target.lm_head.weight.device).eval()
     draft.meta = dict(ck.get("meta", {}))
