@@ -132,7 +132,8 @@ _TYPED = [
 # Theorem 3.8 and its explorer's starting values).
 _ALLOWED = (
     "A draft with a hundredth of the target's parameters then costs $c \\approx 0.01$",
-    "a draft costing half a target call ($c = 0.5$) gains at most a few percent, and at $c = 0.6$",
+    # example inputs of lesson 02's check, not measured costs
+    "a draft costing half a target call ($c = 0.5$) gains under 7% (printed), and at $c = 0.6$",
     "The explorer at alpha = 0.80, gamma = 4, c = 0.10",
 )
 

@@ -344,7 +344,9 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
     check_model(target, "target")
     path = Path(path) if path is not None else checkpoints_dir() / "eagle.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"EAGLE draft {path} not found; rebuild it with: {REBUILD_COMMAND} --record")
+        raise FileNotFoundError(
+            f"EAGLE draft {path} not found; rebuild it with: {REBUILD_COMMAND} --record"
+        )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
         draft = EagleDraft(target)
@@ -358,7 +360,8 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
         _fingerprint(target), float(ck["target_fingerprint"]), rel_tol=0, abs_tol=1e-3
     ):
         raise ValueError(
-            f"EAGLE draft {path} was trained on another target; retrain it with: {REBUILD_COMMAND} --record"
+            f"EAGLE draft {path} was trained on another target; retrain it with: "
+            f"{REBUILD_COMMAND} --record"
         )
     draft.to(target.lm_head.weight.device).eval()
     draft.meta = dict(ck.get("meta", {}))

@@ -198,7 +198,9 @@ def load_fused(path: str | Path | None = None, *, draft: CharGPT, target: CharGP
     check_model(target, "target")
     path = Path(path) if path is not None else checkpoints_dir() / "fused.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"fused head {path} not found; rebuild it with: {FUSED_COMMAND} --record")
+        raise FileNotFoundError(
+            f"fused head {path} not found; rebuild it with: {FUSED_COMMAND} --record"
+        )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
         head = FusedHead(**ck["sizes"])
@@ -213,7 +215,8 @@ def load_fused(path: str | Path | None = None, *, draft: CharGPT, target: CharGP
     for (name, model), fp in zip((("draft", draft), ("target", target)), fps):
         if not math.isclose(_fingerprint(model), fp, rel_tol=0, abs_tol=1e-3):
             raise ValueError(
-                f"fused head {path} was trained on another {name}; retrain it with: {FUSED_COMMAND} --record"
+                f"fused head {path} was trained on another {name}; retrain it with: "
+                f"{FUSED_COMMAND} --record"
             )
     head.to(target.lm_head.weight.device).eval()
     head.meta = dict(ck.get("meta", {}))
