@@ -224,8 +224,8 @@ def _diagnose_batch_target(got, n, a, k) -> str:
     want = n + a
     if _same(got) and not _same(want):
         return (
-            "every row's target cache got the same length, as one cache.crop(n) gives one "
-            "sequence (lesson 04's one-row rollback): in a batch each row keeps its own "
+            "every row's target cache got the same length, as one crop of the whole cache gives "
+            "one sequence (lesson 04's one-row rollback): in a batch each row keeps its own "
             "committed tokens but the pending one"
         )
     if torch.equal(got, want + 1):

@@ -42,9 +42,9 @@ def _diagnose(got: torch.Tensor, lengths, prefix, a) -> str:
         )
     if got.numel() > 1 and bool((got == got[0]).all()) and not bool((want == want[0]).all()):
         return (
-            "every row got the same length, as one cache.crop(n) gives one sequence (lesson "
-            "04's one-row rollback): in a batch each row keeps its own prefix and its own "
-            "accepted drafts"
+            "every row got the same length, as one crop of the whole cache gives one sequence "
+            "(lesson 04's one-row rollback): in a batch each row keeps its own prefix and its "
+            "own accepted drafts"
         )
     if torch.equal(got, (prefix + a[0]).double()) or torch.equal(got, (prefix[0] + a).double()):
         return "row 0's numbers were used for every row: each row has its own prefix and count"
