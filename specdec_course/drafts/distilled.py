@@ -36,13 +36,13 @@ import torch
 
 from .. import data as D
 from ..devices import DeviceLike
+from ..model import rebuild_command
 from ..paths import checkpoints_dir
 from .ngram import DEFAULT_DISCOUNT, DEFAULT_ORDER, NgramDraft, find_sorted
 
 __all__ = ["DistilledNgramDraft", "target_means", "load_distilled", "DISTILLED_FILE"]
 
 DISTILLED_FILE = "ngram_distilled.npz"
-_REBUILD = "specdec-course train --preset ngram"
 
 
 @torch.inference_mode()
@@ -190,7 +190,7 @@ class DistilledNgramDraft(NgramDraft):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(
-                f"distilled n-gram {path} not found; rebuild it with: {_REBUILD} --record"
+                f"distilled n-gram {path} not found; rebuild it with: {rebuild_command('ngram')}"
             )
         try:
             with np.load(path, allow_pickle=False) as f:
@@ -201,7 +201,7 @@ class DistilledNgramDraft(NgramDraft):
         except Exception as e:  # truncated zip, missing arrays, bad JSON
             raise ValueError(
                 f"distilled n-gram {path} could not be read ({type(e).__name__}: {str(e)[:200]}); "
-                f"delete it and rebuild it with: {_REBUILD} --record"
+                f"delete it and rebuild it with: {rebuild_command('ngram')}"
             ) from None
         if ids is None:
             ids, _ = D.corpus_split()

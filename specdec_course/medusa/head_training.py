@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .._validate import check_int
-from ..model import CharGPT, check_model
+from ..model import CharGPT, check_model, rebuild_command
 from ..paths import checkpoints_dir
 from ..train import window_features
 from .heads import DEFAULT_HEADS, MedusaHeads, check_heads, medusa_loss
@@ -227,7 +227,7 @@ def load_heads(
     path = Path(path) if path is not None else checkpoints_dir() / "medusa.pt"
     if not path.is_file():
         raise FileNotFoundError(
-            f"Medusa heads {path} not found; rebuild them with: {REBUILD_COMMAND} --record"
+            f"Medusa heads {path} not found; rebuild them with: {rebuild_command('medusa')}"
         )
     if kind not in ("medusa", "hydra"):
         raise ValueError(f"kind must be 'medusa' or 'hydra'; got {kind!r}")
@@ -244,14 +244,14 @@ def load_heads(
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"Medusa heads {path} could not be read ({type(e).__name__}: "
-            f"{str(e)[:200]}); delete it and rebuild it with: {REBUILD_COMMAND} --record"
+            f"{str(e)[:200]}); delete it and rebuild it with: {rebuild_command('medusa')}"
         ) from None
     if target is not None and not math.isclose(
         _fingerprint(target), float(ck["target_fingerprint"]), rel_tol=0, abs_tol=1e-3
     ):
         raise ValueError(
             f"Medusa heads {path} were trained on another target model; "
-            f"retrain them with: {REBUILD_COMMAND} --record"
+            f"retrain them with: {rebuild_command('medusa')}"
         )
     heads.eval()
     if target is not None:

@@ -16,8 +16,10 @@ from .gpt import CharGPT
 
 
 def rebuild_command(name: str) -> str:
-    """The command that rebuilds the shipped checkpoint ``name`` ("target" or "draft") in
-    ``data/checkpoints/`` (``--record``: without it, ``train`` writes to the scratch folder)."""
+    """The command that rebuilds the shipped file of ``specdec-course train --preset name``
+    ("target", "draft", "medusa", "eagle", "fused", "recurrent", "ngram") in
+    ``data/checkpoints/`` (``--record``: without it, ``train`` writes to the scratch folder).
+    Every "rebuild it with" message of a shipped file quotes it."""
     if name == "draft":
         distill = (
             "specdec-course train --preset draft --record --init-from data/checkpoints/draft.pt "

@@ -27,7 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from ..._validate import check_int
-from ...model import CharGPT, check_model
+from ...model import CharGPT, check_model, rebuild_command
 from ...paths import checkpoints_dir
 from ...train import window_features
 from .eagle_draft import EagleDraft, check_eagle, target_features
@@ -345,7 +345,7 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
     path = Path(path) if path is not None else checkpoints_dir() / "eagle.pt"
     if not path.is_file():
         raise FileNotFoundError(
-            f"EAGLE draft {path} not found; rebuild it with: {REBUILD_COMMAND} --record"
+            f"EAGLE draft {path} not found; rebuild it with: {rebuild_command('eagle')}"
         )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
@@ -354,14 +354,14 @@ def load_eagle(path: str | Path | None = None, *, target: CharGPT) -> EagleDraft
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"EAGLE draft {path} could not be read ({type(e).__name__}: {str(e)[:200]}); "
-            f"delete it and rebuild it with: {REBUILD_COMMAND} --record"
+            f"delete it and rebuild it with: {rebuild_command('eagle')}"
         ) from None
     if not math.isclose(
         _fingerprint(target), float(ck["target_fingerprint"]), rel_tol=0, abs_tol=1e-3
     ):
         raise ValueError(
             f"EAGLE draft {path} was trained on another target; retrain it with: "
-            f"{REBUILD_COMMAND} --record"
+            f"{rebuild_command('eagle')}"
         )
     draft.to(target.lm_head.weight.device).eval()
     draft.meta = dict(ck.get("meta", {}))

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..._validate import check_int, check_real
-from ...model import CharGPT, check_model
+from ...model import CharGPT, check_model, rebuild_command
 from ...paths import checkpoints_dir
 from .eagle_training import collect_features
 from .fused import FusedHead, check_fused
@@ -199,7 +199,7 @@ def load_fused(path: str | Path | None = None, *, draft: CharGPT, target: CharGP
     path = Path(path) if path is not None else checkpoints_dir() / "fused.pt"
     if not path.is_file():
         raise FileNotFoundError(
-            f"fused head {path} not found; rebuild it with: {FUSED_COMMAND} --record"
+            f"fused head {path} not found; rebuild it with: {rebuild_command('fused')}"
         )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
@@ -210,13 +210,13 @@ def load_fused(path: str | Path | None = None, *, draft: CharGPT, target: CharGP
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"fused head {path} could not be read for these models ({type(e).__name__}: "
-            f"{str(e)[:200]}); delete it and rebuild it with: {FUSED_COMMAND} --record"
+            f"{str(e)[:200]}); delete it and rebuild it with: {rebuild_command('fused')}"
         ) from None
     for (name, model), fp in zip((("draft", draft), ("target", target)), fps):
         if not math.isclose(_fingerprint(model), fp, rel_tol=0, abs_tol=1e-3):
             raise ValueError(
                 f"fused head {path} was trained on another {name}; retrain it with: "
-                f"{FUSED_COMMAND} --record"
+                f"{rebuild_command('fused')}"
             )
     head.to(target.lm_head.weight.device).eval()
     head.meta = dict(ck.get("meta", {}))

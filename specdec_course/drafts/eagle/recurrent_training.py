@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ..._validate import check_int, check_real
-from ...model import CharGPT, check_model
+from ...model import CharGPT, check_model, rebuild_command
 from ...paths import checkpoints_dir
 from .eagle_training import collect_features
 from .fused_training import _fingerprint
@@ -195,7 +195,7 @@ def load_recurrent(path: str | Path | None = None, *, target: CharGPT) -> Recurr
     path = Path(path) if path is not None else checkpoints_dir() / "recurrent.pt"
     if not path.is_file():
         raise FileNotFoundError(
-            f"recurrent draft {path} not found; rebuild it with: {RECURRENT_COMMAND} --record"
+            f"recurrent draft {path} not found; rebuild it with: {rebuild_command('recurrent')}"
         )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
@@ -206,12 +206,12 @@ def load_recurrent(path: str | Path | None = None, *, target: CharGPT) -> Recurr
     except Exception as e:  # truncated file, wrong keys, wrong shapes
         raise ValueError(
             f"recurrent draft {path} could not be read for this target ({type(e).__name__}: "
-            f"{str(e)[:200]}); delete it and rebuild it with: {RECURRENT_COMMAND} --record"
+            f"{str(e)[:200]}); delete it and rebuild it with: {rebuild_command('recurrent')}"
         ) from None
     if not math.isclose(_fingerprint(target), fp, rel_tol=0, abs_tol=1e-3):
         raise ValueError(
             f"recurrent draft {path} was trained on another target; retrain it with: "
-            f"{RECURRENT_COMMAND} --record"
+            f"{rebuild_command('recurrent')}"
         )
     draft.to(target.lm_head.weight.device).eval()
     draft.meta = dict(ck.get("meta", {}))
