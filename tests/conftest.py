@@ -41,22 +41,21 @@ def graded_class(tmp_path_factory):
     return gc.load(gc.shared_dir(tmp_path_factory))
 
 
-# The three test files that read the graded class (tests/graded_class.py) run on one xdist
-# worker, as one work unit. Under plain ``--dist loadfile`` two workers took two of them: one
-# graded the class (about 220 s on two cores) while the other waited on its lock (about 170 s
-# idle); now the other worker runs the rest of the suite meanwhile.
-# (graded_class.PARTS; tests/test_grading_batch.py checks that the two lists agree)
-_GRADED_CLASS_FILES = {"test_grading_attacks.py", "test_grading_batch.py", "test_judge_sandbox.py"}
-
-
+# The test files that read the graded class (``graded_class.PARTS``) run on one xdist worker,
+# as one work unit. Under plain ``--dist loadfile`` two workers took two of them: one graded
+# the class (about 220 s on two cores) while the other waited on its lock (about 170 s idle);
+# now the other worker runs the rest of the suite meanwhile.
 def pytest_xdist_make_scheduler(config, log):
     if config.getoption("dist", None) != "loadfile":
         return None
+    import graded_class
     from xdist.scheduler import LoadFileScheduling
+
+    parts = {f"{part}.py" for part in graded_class.PARTS}
 
     class _OneGradedClassUnit(LoadFileScheduling):
         def _split_scope(self, nodeid):
             scope = super()._split_scope(nodeid)
-            return "graded class" if scope.rsplit("/", 1)[-1] in _GRADED_CLASS_FILES else scope
+            return "graded class" if scope.rsplit("/", 1)[-1] in parts else scope
 
     return _OneGradedClassUnit(config, log)

@@ -13,9 +13,11 @@ notebooks into the class's folder and returns what its tests need to know (JSON 
 may have ``after_grading(out)``, called as soon as the grader returns, in the order of
 :data:`PARTS`.
 
-Under pytest-xdist the two workers share the parent of their base temporary folders: the
-class is graded there under an ``fcntl`` lock, by whichever worker asks first; the other
-waits on the lock and reads the results from disk.
+Under pytest-xdist, ``tests/conftest.py`` schedules the files of :data:`PARTS` as one work
+unit, so one worker grades the class while the other runs the rest of the suite. The workers
+share the parent of their base temporary folders, and the class is graded there under an
+``fcntl`` lock, by whichever worker asks first (should two ever ask, the second waits on the
+lock and reads the results from disk).
 """
 
 from __future__ import annotations

@@ -383,11 +383,3 @@ def test_whole_number_arguments_are_checked(tmp_path):
     for bad in (2.5, True, -3):
         with pytest.raises(ValueError, match="workers"):
             batch.grade([nb], workers=bad)
-
-
-def test_the_scheduler_keeps_every_part_of_the_graded_class_on_one_worker():
-    # conftest's xdist scheduler runs these files as one work unit: a part it does not know
-    # would be graded on one worker while the other waits on the class's lock.
-    from conftest import _GRADED_CLASS_FILES
-
-    assert _GRADED_CLASS_FILES == {f"{part}.py" for part in graded_class_module.PARTS}
