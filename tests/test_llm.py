@@ -474,3 +474,34 @@ def test_missing_extra_names_the_install_command(monkeypatch):
     assert "\n" not in str(e.value)
     with pytest.raises(ImportError, match=r"pip install -e '\.\[llm\]'"):
         tokenizer.GGUFTokenizer({})
+
+
+@pytest.mark.skipif(
+    not __import__("specdec_course.llm.packed", fromlist=["x"]).can_pack(torch.float32),
+    reason="this torch has no oneDNN",
+)
+def test_float32_split_products_take_aten_for_few_rows_and_onednn_for_more():
+    """``llm.packed.SplitLinear`` is ``F.linear`` on the same weight: bit for bit at up to
+    ``ATEN_ROWS`` rows (the same ATen call), to float32's rounding above (oneDNN's packed
+    product); ``llm.load(torch.float32)`` splits every block's products and the head, and
+    counts each weight once."""
+    from torch.nn import functional as F
+
+    from specdec_course import llm
+    from specdec_course.llm import packed
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(96, 64, generator=g), requires_grad=False)
+    lin = packed.SplitLinear(w)
+    assert lin.weight is w
+    for rows in range(1, packed.ATEN_ROWS + 1):
+        x = torch.randn(1, rows, 64, generator=g)
+        assert torch.equal(lin(x), F.linear(x, w))
+    for rows in (packed.ATEN_ROWS + 1, 9):
+        x = torch.randn(1, rows, 64, generator=g)
+        assert torch.allclose(lin(x), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    m32, _ = llm.load(torch.float32)
+    assert isinstance(m32.layers[0].attention.wqkv, packed.SplitLinear)
+    assert isinstance(m32.head_product, packed.SplitLinear)
+    assert m32.head_product.weight is m32.lm_head.weight
+    assert m32.num_parameters() == 134_515_008

@@ -26,8 +26,8 @@ vocab_size`` and ``block_size``, ``lm_head.weight``, ``new_cache``, ``forward(id
 Dtype: the transformer's weights and cache are in ``compute_dtype`` (``llm.load`` picks it
 by measurement); the tied table ``lm_head.weight`` and the logits stay float32, the dtype the
 loops' verifier reads through NumPy; the head's product reads a copy of the table in the
-compute dtype (``head_weight``). ``llm.packed.pack`` swaps the bfloat16 products for oneDNN's
-packed ones (the speed path, beside the model).
+compute dtype (``head_weight``). ``llm.packed.pack`` swaps the products for oneDNN's packed
+ones where they are faster (the speed path, beside the model).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class Llama(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.head_weight = None  # the tied table in the compute dtype (finish_loading)
-        self.head_product = None  # None: F.linear by head_weight; llm.packed.pack swaps it
+        self.head_product = None  # None: F.linear by head_weight; llm.packed.pack sets it
         self._step = None
 
     def finish_loading(self) -> Llama:
