@@ -35,7 +35,7 @@ from test_grading_ex04 import _step, commit_row
 from test_grading_ex06 import MedusaHead
 
 from specdec_course.grading import call, run_check
-from specdec_course.grading.judge import withheld
+from specdec_course.grading.judge import edition, withheld
 from specdec_course.grading.judge.context import grading_seed
 from specdec_course.grading.judge.core import exercises, public_implementations
 from specdec_course.grading.judge.ex01 import _joint_law
@@ -209,7 +209,13 @@ def test_every_withheld_function_exists_and_the_rest_of_its_module_stays():
     assert "specdec_course.kernels.rejection.race_kernel" in listed["ex05"]
     for ex, functions in listed.items():
         if functions:
-            assert withheld.bwrap_options(ex, functions)  # ValueError for a missing name
+            tree = edition.build_tree(ex, functions)  # ValueError for a missing name
+            for path in functions:
+                module, name = withheld.split(path)
+                if module in edition.STUDENT_EDITION:
+                    rel = edition._module_path(module).relative_to(edition.package_dir())
+                    text = (tree / rel).read_text()
+                    assert f"{module}.{name} is withheld while {ex}" in text
     sampling = _rewritten("specdec_course.sampling", "ex01")
     p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
     q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)

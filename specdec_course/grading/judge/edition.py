@@ -1,68 +1,162 @@
-"""The student edition: what a submission's kernel can import, each entry with its reason.
+"""The student edition: the tree of modules a submission's kernel can import, each with its
+reason, built for the sandbox as a folder of its own.
 
-The sandbox shows the course package read-only with the judge side left out
-(``specdec_course.grading.judge`` is never mounted) and, while an exercise is graded, the
-package's own versions of what it asks for rewritten as stubs that raise
-(:mod:`.withheld`, from each exercise's ``PUBLIC_IMPLEMENTATIONS``). Third-party packages
-known to implement a graded rule are shadowed by an empty module (:data:`.withheld.
-HIDDEN_PACKAGES`). What is left is listed here, by module prefix, with why a student may
-use it; ``tests/test_grading_edition.py`` enumerates every module and public callable
-importable in a real sandbox, fails on a module without an entry, and shows that none of
-them reproduces a checked quantity on the checks' own inputs (ex01's residual and step,
-ex02's expected tokens, ex10's block weights and thresholds).
+The sandbox does not show the course package. It shows, at the package's path, a tree that
+:func:`build_tree` copies from it: the modules :data:`STUDENT_EDITION` lists by name and no
+other (a module added to the package stays out until it is listed here with its reason),
+with, while an exercise is graded, the package's own versions of what it asks for rewritten
+as stubs that raise (:mod:`.withheld`, from each exercise's ``PUBLIC_IMPLEMENTATIONS``).
+What is never in it, :data:`LEFT_OUT` says with why: the judge side (references, exact
+laws, checks), the command line, the Hugging Face export and the real LLM. Third-party
+packages known to implement a graded rule are shadowed by an empty module
+(:data:`.withheld.HIDDEN_PACKAGES`).
+
+``tests/test_grading_edition.py`` checks that every module of the package is listed or left
+out, that the tree imports without what it leaves out, that a real sandbox can import
+exactly the listed modules, and that none of their public callables reproduces a checked
+quantity on the checks' own inputs (ex01's residual and step, ex02's expected tokens,
+ex10's block weights and thresholds).
 
 The README's grading section cites this list.
 """
 
 from __future__ import annotations
 
+import atexit
+import compileall
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from . import withheld
 from .withheld import HIDDEN_PACKAGES
 
-__all__ = ["HIDDEN_PACKAGES", "STUDENT_EDITION", "THIRD_PARTY", "covers"]
+__all__ = [
+    "HIDDEN_PACKAGES",
+    "LEFT_OUT",
+    "STUDENT_EDITION",
+    "THIRD_PARTY",
+    "build_tree",
+    "covers",
+    "package_dir",
+]
 
-# Module prefix of the course package -> why it is in the sandbox. A prefix covers the module
-# and everything below it; the most specific entry wins.
-STUDENT_EDITION: dict[str, str] = {
-    "specdec_course": "notebook_setup and the package's names, which every notebook imports",
-    "specdec_course._validate": "input checks with clear errors, shared by the models",
-    "specdec_course.paths": "where data, checkpoints and records live",
-    "specdec_course.devices": "which device and thread count a notebook uses",
-    "specdec_course.theory": "lesson 02's closed forms for one alpha (ex02 asks for a list of "
-    "per-position alphas, which they cannot take)",
-    "specdec_course.sampling": "temperature, top-k, top-p and the lesson's rules; the residual "
-    "and the step are withheld while ex01 is graded, the exponential race while ex05 is",
-    "specdec_course.stats": "the chi-square tools lesson 01 teaches with",
-    "specdec_course.verifier": "the batched rejection sampler ex04 hands a step as verify; its "
-    "race is withheld while ex05 is graded",
-    "specdec_course.block_verifier": "block verification as lesson 09 samples it; the "
-    "thresholds and block_verify_row (which computes them inline) are withheld for ex10",
-    "specdec_course.data": "the corpus and the character tokenizer",
-    "specdec_course.model": "CharGPT, its cache and checkpoints: what the exercises drive",
-    "specdec_course.train": "the training loop lesson 03 runs",
-    "specdec_course.decoding": "generation and the speculative loop the lessons build; the "
-    "pieces ex04, ex07 and ex08 ask for are withheld while those are graded",
-    "specdec_course.drafts": "every draft the lessons build (the draft model's proposer, "
-    "lesson 07's n-gram and distilled tables, lesson 09b's feature drafts); ex09's pieces are "
-    "withheld for ex09",
-    "specdec_course.fast": "the loops' speed paths (lean, folded, NumPy steps) built from a "
-    "model; no graded rule",
-    "specdec_course.medusa": "lesson 06's heads and trees; ex06's and ex07's pieces are "
-    "withheld while those are graded",
-    "specdec_course.kernels": "the Triton verifier lesson 05 builds; its races are withheld "
-    "while ex05 is graded",
-    "specdec_course.grading": "inline check() and when_implemented, which print feedback in "
-    "the notebook: no reference (the judge side is not mounted)",
-    "specdec_course.grading.student_side": "the kernel side of the batch grader (the agent, the "
-    "wire, the probes): plain data, no reference",
-    "specdec_course.bench": "the measurements the lessons show (speed ratios, rooflines); no "
-    "graded rule",
-    "specdec_course.cli": "the specdec-course command; no graded rule",
-    "specdec_course.plots": "the lessons' figures; the proof picture (which draws the "
-    "residual) is withheld while ex01 is graded",
-    "specdec_course.widgets": "the lessons' explorers; no graded rule",
-    "specdec_course.hf": "export to transformers for lesson 10: it cannot run in the sandbox, "
-    "where transformers is shadowed",
-    "specdec_course.llm": "lesson 11's real model (extra [llm]); no graded rule",
+
+def _listed(groups: dict[str, tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+    # package -> (why, its modules by name; "" is the package itself) => module -> why
+    return {
+        (pkg if not m else f"{pkg}.{m}"): why for pkg, (why, mods) in groups.items() for m in mods
+    }
+
+
+# Every module of the course package a kernel may import, by name, with why a student may
+# use it.
+STUDENT_EDITION: dict[str, str] = _listed(
+    {
+        "specdec_course": (
+            "notebook_setup and the package's names, which every notebook imports",
+            ("",),
+        ),
+        "specdec_course._validate": ("input checks with clear errors, shared by the models", ("",)),
+        "specdec_course.paths": ("where data, checkpoints and records live", ("",)),
+        "specdec_course.devices": ("which device and thread count a notebook uses", ("",)),
+        "specdec_course.theory": (
+            "lesson 02's closed forms for one alpha (ex02 asks for a list of per-position "
+            "alphas, which they cannot take)",
+            ("",),
+        ),
+        "specdec_course.sampling": (
+            "temperature, top-k, top-p and the lesson's rules; the residual and the step are "
+            "withheld while ex01 is graded, the exponential race while ex05 is",
+            ("",),
+        ),
+        "specdec_course.stats": ("the chi-square tools lesson 01 teaches with", ("",)),
+        "specdec_course.verifier": (
+            "the batched rejection sampler ex04 hands a step as verify; its race is withheld "
+            "while ex05 is graded",
+            ("",),
+        ),
+        "specdec_course.block_verifier": (
+            "block verification as lesson 09 samples it; the thresholds and block_verify_row "
+            "(which computes them inline) are withheld for ex10",
+            ("",),
+        ),
+        "specdec_course.data": ("the corpus and the character tokenizer", ("",)),
+        "specdec_course.train": ("the training loop lesson 03 runs", ("",)),
+        "specdec_course.plots": (
+            "the lessons' figures; the proof picture (which draws the residual) is withheld "
+            "while ex01 is graded",
+            ("",),
+        ),
+        "specdec_course.widgets": ("the lessons' explorers; no graded rule", ("",)),
+        "specdec_course.model": (
+            "CharGPT, its cache and checkpoints: what the exercises drive",
+            ("", "cache", "checkpoints", "checks", "config", "gpt"),
+        ),
+        "specdec_course.decoding": (
+            "generation and the speculative loop the lessons build; the pieces ex04, ex07 and "
+            "ex08 ask for are withheld while those are graded",
+            ("", "batch_drafts", "batched", "dynamic", "plain", "recorder", "row_verifier")
+            + ("scoring", "spec_stats", "speculative"),
+        ),
+        "specdec_course.drafts": (
+            "the draft model's proposer and the drafts lesson 07 builds; ex09's pieces are "
+            "withheld for ex09",
+            ("", "distilled", "model_draft", "noise", "proposer"),
+        ),
+        "specdec_course.drafts.ngram": (
+            "lesson 07's n-gram counts and draft; ex09's pieces are withheld for ex09",
+            ("", "counts", "ngram_draft"),
+        ),
+        "specdec_course.drafts.eagle": (
+            "lesson 09b's feature drafts and how they were trained; no graded rule",
+            ("", "eagle_draft", "eagle_numpy", "eagle_training", "fused", "fused_training")
+            + ("recurrent", "recurrent_training"),
+        ),
+        "specdec_course.fast": (
+            "the loops' speed paths (lean, folded, NumPy steps) built from a model; no graded rule",
+            ("", "derived", "folded", "graphs", "lean", "numpy_steps", "ragged"),
+        ),
+        "specdec_course.medusa": (
+            "lesson 06's heads and trees; ex06's and ex07's pieces are withheld while those "
+            "are graded",
+            ("", "candidates", "head_training", "heads", "hydra", "medusa_generate", "tree"),
+        ),
+        "specdec_course.kernels": (
+            "the Triton verifier lesson 05 builds; its races are withheld while ex05 is graded",
+            ("", "compile", "rejection"),
+        ),
+        "specdec_course.grading": (
+            "inline check() and when_implemented, which print feedback in the notebook, and "
+            "ex05's launch helpers: no reference",
+            ("", "ex05_notebook", "inline"),
+        ),
+        "specdec_course.grading.student_side": (
+            "the kernel side of the batch grader (the agent, the wire, the probes): plain "
+            "data, no reference",
+            ("", "__main__", "agent", "errors", "helpers", "probes", "results", "wire"),
+        ),
+        "specdec_course.bench": (
+            "the measurements the lessons show (speed ratios, rooflines, stored records); no "
+            "graded rule",
+            ("", "_args", "batch_sizes", "compare", "dynamic_and_block", "eagle_race")
+            + ("flashinfer", "forward", "gpu", "hf_race", "medusa_trees", "ngram_alpha")
+            + ("records", "roofline", "roofline_methods", "shipped_drafts", "speedup")
+            + ("speedup_record", "verifier_sweep"),
+        ),
+    }
+)
+
+# What the tree never holds (a prefix covers the module and everything below it), and why.
+LEFT_OUT: dict[str, str] = {
+    "specdec_course.grading.judge": "the judge side: references, exact laws and the checks",
+    "specdec_course.cli": "the specdec-course command: a notebook calls the package, not it",
+    "specdec_course.hf": "the export to transformers (lesson 10), which the sandbox shadows",
+    "specdec_course.llm": "lesson 11's real model (the [llm] extra); no exercise uses it",
+    "specdec_course.bench.llm_calls": "lesson 11's measurements of the real model",
+    "specdec_course.bench.llm_race": "lesson 11's race, run with the real model",
 }
 
 # Third-party packages a notebook uses, and why none of them answers a check.
@@ -80,16 +174,67 @@ THIRD_PARTY: dict[str, str] = {
 
 
 def covers(module: str) -> str | None:
-    """The reason the most specific :data:`STUDENT_EDITION` entry gives for ``module``, or
-    ``None`` when no entry covers it (``specdec_course.grading.judge`` never is)."""
-    if module == "specdec_course.grading.judge" or module.startswith(
-        "specdec_course.grading.judge."
-    ):
-        return None
-    best = None
-    for prefix in STUDENT_EDITION:
-        if (module == prefix or module.startswith(prefix + ".")) and (
-            best is None or len(prefix) > len(best)
-        ):
-            best = prefix
-    return None if best is None else STUDENT_EDITION[best]
+    """The reason :data:`STUDENT_EDITION` gives for ``module``, or ``None`` when the module is
+    not in the student edition (no prefix covers a module: each is listed by name)."""
+    return STUDENT_EDITION.get(module)
+
+
+def package_dir() -> Path:
+    """The folder of the course package the judge runs (the tree is shown at its path)."""
+    import specdec_course
+
+    return Path(specdec_course.__file__).resolve().parent
+
+
+def _module_path(module: str) -> Path:
+    parts = module.split(".")[1:]
+    base = package_dir().joinpath(*parts)
+    return base / "__init__.py" if (base / "__init__.py").is_file() else base.with_suffix(".py")
+
+
+_lock = threading.Lock()
+_trees: dict[tuple[str, tuple[str, ...]], Path] = {}
+_root: str | None = None
+
+
+def build_tree(exercise: str = "", functions: tuple[str, ...] = ()) -> Path:
+    """The student edition as a folder: a copy of each :data:`STUDENT_EDITION` module's file
+    at its place (and the package's ``py.typed``), those holding one of ``functions``
+    (dotted paths, withheld while ``exercise`` is graded) rewritten by
+    :func:`.withheld.rewrite`, compiled once so that kernels start as fast as from the
+    package. Built once per process and (exercise, functions), in a private temporary
+    folder removed at exit, readable by every user. Raises ``ValueError`` for a function
+    that is not a top-level function or method of a listed module."""
+    global _root
+    key = (exercise, tuple(sorted(functions)))
+    with _lock:
+        if key in _trees:
+            return _trees[key]
+        if _root is None:
+            _root = tempfile.mkdtemp(prefix="specdec-edition-")
+            atexit.register(shutil.rmtree, _root, True)
+        by_module: dict[str, set[str]] = {}
+        for path in functions:
+            module, name = withheld.split(path)
+            if module not in STUDENT_EDITION:
+                continue  # not in the tree at all
+            by_module.setdefault(module, set()).add(name)
+        tree = Path(_root) / f"{exercise or 'plain'}-{len(_trees)}" / "specdec_course"
+        base = package_dir()
+        for module in sorted(STUDENT_EDITION):
+            src = _module_path(module)
+            dest = tree / src.relative_to(base)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            text = src.read_text(encoding="utf-8")
+            if module in by_module:
+                text = withheld.rewrite(text, module, by_module[module], exercise)
+            dest.write_text(text, encoding="utf-8")
+        if (base / "py.typed").is_file():
+            shutil.copyfile(base / "py.typed", tree / "py.typed")
+        compileall.compile_dir(str(tree), quiet=2, workers=1)
+        for folder, _, files in os.walk(tree.parent):
+            os.chmod(folder, 0o755)
+            for f in files:
+                os.chmod(os.path.join(folder, f), 0o644)
+        _trees[key] = tree
+        return tree

@@ -1,15 +1,16 @@
 """The sandbox a submission's kernel runs in: bubblewrap, a cgroup, limits, and cleanup.
 
 With bubblewrap (``bwrap``), the kernel sees a read-only system (``/usr``, a few files of
-``/etc``), the Python installation and the course package and data, read-only; a private
+``/etc``), the Python installation, the course's data and, at the package's path, the
+student edition of the package (:mod:`.edition`: the listed modules only), read-only; a private
 tmpfs as its home and ``/tmp``; no network, no other process (its own PID namespace), no
 submissions folder, no ``solutions/``, no output folder, no home folder. ``--die-with-parent``
 ends it with its judge. A cgroup, where one can be created (v2, else v1), caps the memory and
 the number of processes of everything in the sandbox together; the kernel also sets per-process
 limits on itself (address space, CPU time, processes, file size) before any student code runs.
 Without a cgroup (``weak``) a root grader runs each kernel under a uid of its own, where
-RLIMIT_NPROC binds. The package's own versions of what the graded exercise asks for are
-mounted as stubs (:mod:`.withheld`).
+RLIMIT_NPROC binds. While an exercise is graded, the edition's own versions of what it asks
+for are stubs (:mod:`.withheld`).
 
 Where bubblewrap cannot run, the kernel runs as a plain process in its own session and a
 private temporary folder, under the same limits (and the cgroup if any); :func:`plan` says so
@@ -33,7 +34,7 @@ from pathlib import Path
 from specdec_course.paths import data_dir
 
 from ..student_side import BATCH_ENV, UID_ENV
-from . import withheld
+from . import edition, withheld
 from .cgroup import CGroup, kill_pids
 from .processes import Started, descendants, remove_cgroups, set_subreaper
 
@@ -158,16 +159,10 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
-def judge_dir() -> str:
-    """The judge side's folder (references, exact laws, checks): never shown to a kernel."""
-    return os.path.dirname(os.path.abspath(__file__))
-
-
 def _binds() -> list[str]:
-    """bwrap options that show the system, Python and the package, all read-only, with the
-    judge side's folder covered by an empty read-only one (no file of it is visible)."""
-    import specdec_course
-
+    """bwrap options that show the system, Python, the course's data and, at the package's
+    path, the student edition (:func:`.edition.build_tree`: the listed modules only, so no
+    file of the judge side is there), all read-only."""
     opts = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
@@ -177,7 +172,7 @@ def _binds() -> list[str]:
     for name in _ETC:
         opts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     roots: list[str] = []
-    package = Path(specdec_course.__file__).resolve().parent
+    package = edition.package_dir()
     candidates = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix]
     import site
 
@@ -185,7 +180,7 @@ def _binds() -> list[str]:
         user_site = site.getusersitepackages()
         if user_site in sys.path and os.path.isdir(user_site):
             candidates.append(user_site)
-    candidates += [str(package), str(data_dir())]
+    candidates += [str(data_dir())]
     for c in candidates:
         real = os.path.realpath(c)
         if not os.path.isdir(real) or real.startswith("/usr/"):
@@ -195,8 +190,8 @@ def _binds() -> list[str]:
         roots = [r for r in roots if not r.startswith(real + "/")] + [real]
     for r in roots:
         opts += ["--ro-bind", r, r]
-    hidden = os.path.realpath(judge_dir())
-    opts += ["--tmpfs", hidden, "--remount-ro", hidden]
+    # Over the package wherever it lies (a root above may hold it: site-packages, say).
+    opts += ["--ro-bind", str(edition.build_tree()), str(package)]
     opts += withheld.hidden_package_options()  # transformers' own speculative sampling, ...
     # The venv's python is a symlink into the base installation; keep the path it was run by.
     exe_dir = os.path.dirname(os.path.abspath(sys.executable))
@@ -386,8 +381,8 @@ def start(
     """Start a kernel under ``the_plan``, in a new cgroup named ``tag`` where possible.
 
     ``memory_mb`` (0: none) caps the cgroup. ``withhold`` is ``(exercise, functions)``: in
-    bubblewrap, the package's modules holding those functions are shown rewritten without
-    them (:mod:`.withheld`). Raises ``OSError`` when it cannot start.
+    bubblewrap, the student edition is shown with those functions rewritten as stubs
+    (:func:`.edition.build_tree`). Raises ``OSError`` when it cannot start.
     """
     before = descendants(os.getpid())
     to_r, to_w = os.pipe()
@@ -400,7 +395,10 @@ def start(
     uid = {UID_ENV: str(kernel_uid())} if the_plan.own_uid else {}
     if the_plan.mode == "bwrap":
         exercise, functions = withhold
-        hide = withheld.bwrap_options(exercise, functions) if functions else []
+        hide = []
+        if functions:  # the edition with this exercise's functions withheld, over the plain one
+            hide = ["--ro-bind", str(edition.build_tree(exercise, functions))]
+            hide.append(str(edition.package_dir()))
         argv = [*the_plan.bwrap, *hide, "--setenv", FDS_ENV, fds]
         argv += [a for k, v in uid.items() for a in ("--setenv", k, v)] + kernel_command()
         env, cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, None

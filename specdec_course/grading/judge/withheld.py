@@ -9,12 +9,12 @@ can find the kernel's agent through a traceback's frames or ``gc`` and patch its
 so that a graded call is answered by the package's function while ``describe`` still shows
 the student's stub. A source scan cannot follow such code, and a pattern list only says
 which spellings it knows. What closes it is that the answer is not there to be had: while
-an exercise is graded, its sandbox mounts, in place of each module that holds such a
-function, a rewritten copy in which that function's body is one ``raise WithheldError``;
-their folders' compiled caches (``__pycache__``) are shown without those modules' files,
-so neither the source nor the bytecode of the real function is in the sandbox by any
-route. Every other name of the module stays, so the lessons' imports in the exercise
-notebooks work as before; a function that calls a withheld one raises too.
+an exercise is graded, the student edition its sandbox shows (:func:`.edition.build_tree`)
+holds, in place of each module that holds such a function, a rewritten copy in which that
+function's body is one ``raise WithheldError``, compiled from the copy, so neither the
+source nor the bytecode of the real function is in the sandbox by any route. Every other
+name of the module stays, so the lessons' imports in the exercise notebooks work as before;
+a function that calls a withheld one raises too.
 
 The judge keeps the real modules: it computes every expected value with its own copy, from
 its own inputs, and scores the value the call returned, which can then only come from code
@@ -23,9 +23,9 @@ names the function and flags the submission.
 
 Each exercise module of the judge lists its functions in ``PUBLIC_IMPLEMENTATIONS``
 (dotted paths of top-level functions of the package, or of methods of its top-level classes:
-``specdec_course.decoding.dynamic.HeuristicK.next_k``); :func:`bwrap_options` builds the
-mounts. Without bubblewrap there is no mount to replace, and the kernel can read the package
-(and the judge side) from disk: :func:`.sandbox.plan` warns about that mode already.
+``specdec_course.decoding.dynamic.HeuristicK.next_k``). Without bubblewrap there is no tree
+to show, and the kernel can read the package (and the judge side) from disk:
+:func:`.sandbox.plan` warns about that mode already.
 """
 
 from __future__ import annotations
@@ -36,13 +36,11 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 
 __all__ = [
     "ERROR",
     "HIDDEN_PACKAGES",
-    "bwrap_options",
     "hidden_package_options",
     "module_file",
     "named_in",
@@ -62,9 +60,7 @@ HIDDEN_PACKAGES = {
 ERROR = "WithheldError"  # the type of what a withheld function raises
 _SAID = re.compile(r"(specdec_course(?:\.\w+)+) is withheld while (ex\d{2,}) is graded")
 
-_lock = threading.Lock()
 _folder: str | None = None
-_made: dict[tuple[str, tuple[str, ...]], list[str]] = {}
 
 
 def module_file(module: str) -> Path:
@@ -156,49 +152,6 @@ def _scratch() -> str:
         _folder = tempfile.mkdtemp(prefix="specdec-withheld-")
         atexit.register(shutil.rmtree, _folder, True)
     return _folder
-
-
-def bwrap_options(exercise: str, functions: tuple[str, ...]) -> list[str]:
-    """bwrap options that mount, over each module holding one of ``functions`` (dotted
-    paths), its rewritten copy, and show its folder's ``__pycache__`` as a read-only tmpfs
-    holding the other modules' compiled files only (one compiled later, by the judge, say,
-    is not shown at all: that module is compiled afresh in the sandbox).
-
-    The copies are written once per process and exercise, in a private temporary folder
-    removed at exit; the caches are listed at every call. Raises ``ValueError`` for a path
-    that names no top-level function of the package."""
-    key = (exercise, tuple(sorted(functions)))
-    by_module: dict[str, set[str]] = {}
-    for path in functions:
-        module, name = split(path)
-        by_module.setdefault(module, set()).add(name)
-    with _lock:
-        if key not in _made:
-            folder = Path(_scratch()) / exercise
-            folder.mkdir(exist_ok=True)
-            binds = []
-            for module, names in sorted(by_module.items()):
-                real = module_file(module)
-                copy = folder / f"{module}.py"
-                text = rewrite(real.read_text(encoding="utf-8"), module, names, exercise)
-                copy.write_text(text, encoding="utf-8")
-                os.chmod(copy, 0o644)
-                binds += ["--ro-bind", str(copy), str(real)]
-            _made[key] = binds
-        opts = list(_made[key])
-    hidden: dict[Path, set[str]] = {}
-    for module in by_module:
-        real = module_file(module)
-        hidden.setdefault(real.parent / "__pycache__", set()).add(real.stem + ".")
-    for cache, stems in sorted(hidden.items()):
-        if not cache.is_dir():
-            continue
-        opts += ["--tmpfs", str(cache)]
-        for pyc in sorted(cache.iterdir()):
-            if pyc.suffix == ".pyc" and not pyc.name.startswith(tuple(stems)):
-                opts += ["--ro-bind", str(pyc), str(pyc)]
-        opts += ["--remount-ro", str(cache)]
-    return opts
 
 
 def hidden_package_options(packages=None) -> list[str]:
