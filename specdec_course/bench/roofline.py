@@ -405,7 +405,7 @@ def format_modelled_ratios(
     context: int = DEFAULT_CONTEXT,
     overhead_s: float = 0.0,
 ) -> str:
-    """A text table of the model's ``time(T) / time(1)`` per batch size, the one-token call's
+    """A text table of the model's ``time(n) / time(1)`` (``n`` new tokens per sequence) per batch size, the one-token call's
     time, and the ridge, under a heading that says it is a model. A ratio marked ``*`` is for
     a call whose weights and KV cache would not fit in the GPU's memory."""
     shape, gpu = _shape(shape), _gpu(gpu)
@@ -414,10 +414,10 @@ def format_modelled_ratios(
         f"({gpu.bandwidth / 1e12:.2f} TB/s, {gpu.peak_flops / 1e12:.0f} TFLOP/s dense bf16, "
         f"{gpu.memory / 1e9:.0f} GB), {context} tokens cached, {overhead_s * 1e6:.0f} us "
         "overhead per call",
-        "call time over a one-token call, T new tokens per sequence:",
+        "call time over a one-token call, n new tokens per sequence:",
         "   B | one-token call | "
-        + " | ".join(f"{f'T={t}':<7s}" for t in tokens)
-        + " | ridge (T per seq)",
+        + " | ".join(f"{f'n={t}':<7s}" for t in tokens)
+        + " | ridge (n per seq)",
     ]
     for B in batches:
         one = modelled_call(shape, gpu, 1, B, context, overhead_s)

@@ -102,7 +102,7 @@ def add_roofline(what, run) -> None:
         help="a MODEL, not a measurement: a GPU call priced by bytes and flops, and the "
         "speedups it predicts at this course's measured acceptance",
         description="A roofline model, not a measurement (bench.roofline): price one target "
-        "call of T new tokens for B sequences by the bytes it moves (weights once per call, "
+        "call of n new tokens for B sequences by the bytes it moves (weights once per call, "
         "the KV cache, activations) and its flops at a GPU's published peaks, print its cost "
         "over a one-token call and the ridge where it turns compute bound, then each "
         "method's best speedup by Theorem 3.8 and with the call priced, at the acceptance "
