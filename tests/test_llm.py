@@ -505,3 +505,27 @@ def test_float32_split_products_take_aten_for_few_rows_and_onednn_for_more():
     assert isinstance(m32.head_product, packed.SplitLinear)
     assert m32.head_product.weight is m32.lm_head.weight
     assert m32.num_parameters() == 134_515_008
+
+
+def test_the_bench_rows_count_tokens_calls_and_drafts(llm32):
+    """``bench.llm_race.proposer_speedups`` on one grounded prompt, 12 tokens, k = 3: a row
+    per proposer, tokens per call from the loop's own count of target calls (at least one
+    token a call, at most k + 1), the share of drafts accepted in [0, 1], and greedy text
+    identical to plain decoding's. No time is asserted."""
+    from specdec_course import llm
+    from specdec_course.bench import llm_race
+    from specdec_course.llm.prompts import PROMPT_SETS
+
+    model, tok = llm32
+    props = llm.proposers(model)
+    rows = llm_race.proposer_speedups(
+        model, tok, props, {"grounded": PROMPT_SETS["grounded"][:1]},
+        temperatures=(0.0,), ks=(3,), max_new_tokens=12,
+    )  # fmt: skip
+    assert {r["proposer"] for r in rows} == set(props)
+    for r in rows:
+        assert 1.0 <= r["tokens_per_call"] <= 4.0
+        assert 0.0 <= r["accepted_share"] <= 1.0 and "alpha" not in r
+        assert r["identical"] and r["speedup"] > 0
+    lookup = [r for r in rows if r["proposer"] == "prompt_lookup"][0]
+    assert lookup["tokens_per_call"] > 1.5  # the first grounded prompt asks for a copy

@@ -5,8 +5,9 @@ Hugging Face and llama.cpp on the same weights.
   with each proposer and draft length ``k``, at temperature 0 and 1, on each prompt set
   (``llm.prompts.PROMPT_SETS``: grounded, chat, code), interleaved prompt by prompt (plain,
   then every proposer and k, on the same prompt before the next). A cell's speedup is the
-  set's total plain time over its total speculative time; its tokens per call and alpha
-  (the share of drafted tokens accepted) are summed over the set's prompts.
+  set's total plain time over its total speculative time; its tokens per call and
+  ``accepted_share`` (drafts accepted over drafts proposed, not the acceptance rate alpha)
+  are summed over the set's prompts.
 - :func:`hf_race`: Hugging Face ``generate`` on the same dequantized weights
   (``llm.distill.hf_model``), plain and with ``prompt_lookup_num_tokens``, greedy, and
   llama.cpp through ``llama-cpp-python`` (plain and its ``LlamaPromptLookupDecoding``) on
@@ -43,7 +44,8 @@ def proposer_speedups(
     log=None,
 ) -> list[dict]:
     """One row per (set, temperature, proposer, k): ``speedup``, ``tokens_per_call``,
-    ``alpha``, ``plain_tok_s``, ``spec_tok_s`` and, at temperature 0, ``identical`` (every
+    ``accepted_share`` (drafts accepted over drafts proposed), ``plain_tok_s``,
+    ``spec_tok_s`` and, at temperature 0, ``identical`` (every
     prompt's speculative text equal to its plain greedy text)."""
     rows = []
     for set_name, prompts in prompt_sets.items():
@@ -80,7 +82,9 @@ def proposer_speedups(
                     k=k,
                     speedup=plain_s / c["s"],
                     tokens_per_call=n_tok / c["calls"],
-                    alpha=c["acc"] / max(c["drafted"], 1),
+                    # accepted over drafted: not the acceptance rate alpha (a proposal's drafts
+                    # after its first rejection count as drafted but were never tried)
+                    accepted_share=c["acc"] / max(c["drafted"], 1),
                     plain_tok_s=n_tok / plain_s,
                     spec_tok_s=n_tok / c["s"],
                 )
@@ -90,7 +94,8 @@ def proposer_speedups(
                 if log:
                     log(
                         f"{set_name:8s} T={T:g} {name:13s} k={k}: {row['speedup']:.2f}x, "
-                        f"{row['tokens_per_call']:.2f} tokens/call, alpha {row['alpha']:.2f}"
+                        f"{row['tokens_per_call']:.2f} tokens/call, "
+                        f"{row['accepted_share']:.2f} of drafts accepted"
                     )
     return rows
 
