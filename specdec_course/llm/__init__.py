@@ -24,6 +24,7 @@ from .lookup import PromptLookup
 
 __all__ = [
     "INSTALL",
+    "LOOKUP_MIN_N",
     "FeatureDraft",
     "FeatureDraftProposer",
     "Llama",
@@ -41,17 +42,26 @@ __all__ = [
 
 # The feature draft's dynamic stop: a drafted token pays when the chance that it is accepted
 # (its chain confidence, if the draft is calibrated) exceeds what it adds to the call: about
-# 0.06 of a one-token call to verify one more token at small k on the course's CPU
-# (data/results/llm_cpu.json, T(3)/T(1) in float32), plus about 0.04 for the draft's own step
-# (its weights are 3.6% of the target's). So 0.1.
+# 0.06 of a one-token call to verify one more token at small k on the course's CPU when it is
+# quiet (T(3)/T(1) in float32; up to 0.17 on a busy one, data/results/llm_cpu.json), plus
+# about 0.04 for the draft's own step (its weights are 3.6% of the target's). So 0.1.
 STOP_BELOW = 0.1
+
+# Prompt lookup's shortest match: two tokens. A one-token match is mostly a chance repeat of a
+# common token, and a proposal copied from it is rejected at once, its verification call
+# paid for nothing. On the course's CPU (bench.llm_race.proposer_speedups on the bench's
+# sets, greedy, 64 tokens, one thread, thread time, PromptLookup(model, min_n=1) beside
+# min_n=2, 2026-12-06): chat at k = 8 0.87x with one-token matches, 0.98x without; grounded
+# at k = 8 2.99x with, 3.12x without.
+LOOKUP_MIN_N = 2
 
 
 def proposers(model: Llama) -> dict:
     """Every shipped draft of the real model, built for ``model``: ``{name: proposer}``.
 
     - ``"prompt_lookup"``: :class:`PromptLookup` (copies the continuation of the longest
-      earlier match of the text's last n-gram; exact one-hot ``q``);
+      earlier match of the text's last n-gram, of ``LOOKUP_MIN_N`` tokens or more; exact
+      one-hot ``q``);
     - ``"feature_draft"``: :class:`FeatureDraftProposer` with the shipped
       ``data/checkpoints/smollm2_draft.pt`` (an EAGLE-style draft on the model's features,
       self-distilled; ``llm.draft``), stopping a proposal where its chain confidence falls
@@ -63,6 +73,6 @@ def proposers(model: Llama) -> dict:
             f"{type(model).__name__} (the character model's drafts are in decoding/ngram/eagle)"
         )
     return {
-        "prompt_lookup": PromptLookup(model),
+        "prompt_lookup": PromptLookup(model, min_n=LOOKUP_MIN_N),
         "feature_draft": FeatureDraftProposer(model, load_draft(model), stop_below=STOP_BELOW),
     }
