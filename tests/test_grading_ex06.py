@@ -504,3 +504,24 @@ def test_a_class_statement_that_would_run_code_is_refused(source, says):
 
     with pytest.raises(Refused, match=says):
         class_cell(_notebook(source), "MedusaHead")
+
+
+def test_a_class_too_deep_to_unparse_is_refused_with_a_reason():
+    # A red-team notebook: a 950-deep attribute chain in a method parses (the copy scan
+    # accepts it) but the judge's unparse recursed out: a refusal that says why, not a crash.
+    import sys
+
+    from specdec_course.grading.judge.class_source import class_cell
+    from specdec_course.grading.judge.kernel_source import Refused
+
+    deep = "x" + ".a" * 950
+    source = (
+        "class MedusaHead(nn.Module):\n    def forward(self, x):\n        return " + deep + "\n"
+    )
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # the default; pytest may have raised it
+    try:
+        with pytest.raises(Refused, match="too deep"):
+            class_cell(_notebook(source), "MedusaHead")
+    finally:
+        sys.setrecursionlimit(old)

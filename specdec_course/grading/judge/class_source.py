@@ -128,6 +128,13 @@ def class_cell(notebook_text: str, name: str) -> str:
             f"no `class {name}(nn.Module):` at the top level of a code cell: the grader "
             "takes the class from the notebook's source"
         )
-    _check(found)
-    lines = [_HEADER, *dict.fromkeys(imports), "", ast.unparse(found), ""]
+    try:
+        _check(found)
+        body = ast.unparse(found)
+    except (RecursionError, MemoryError):
+        raise Refused(
+            f"class {name} nests an expression too deep for the grader to read it: split it "
+            "into shorter statements"
+        ) from None
+    lines = [_HEADER, *dict.fromkeys(imports), "", body, ""]
     return "\n".join(lines)
