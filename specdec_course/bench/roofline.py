@@ -405,9 +405,10 @@ def format_modelled_ratios(
     context: int = DEFAULT_CONTEXT,
     overhead_s: float = 0.0,
 ) -> str:
-    """A text table of the model's ``time(n) / time(1)`` (``n`` new tokens per sequence) per batch size, the one-token call's
-    time, and the ridge, under a heading that says it is a model. A ratio marked ``*`` is for
-    a call whose weights and KV cache would not fit in the GPU's memory."""
+    """A text table of the model's ``time(n) / time(1)`` (``n`` new tokens per sequence) per
+    batch size, the one-token call's time, and the ridge, under a heading that says it is a
+    model. A ratio marked ``*`` is for a call whose weights and KV cache would not fit in the
+    GPU's memory."""
     shape, gpu = _shape(shape), _gpu(gpu)
     lines = [
         f"ROOFLINE MODEL (not a measurement): {shape.name}, bf16, on {gpu.name} "
