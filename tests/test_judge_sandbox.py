@@ -56,11 +56,12 @@ pytestmark = pytest.mark.skipif(
 
 PROBE_JUDGE_SIDE = """
 import os, specdec_course
-judge = os.path.join(os.path.dirname(specdec_course.__file__), "grading", "judge")
-assert os.listdir(judge) == [], os.listdir(judge)
+package = os.path.dirname(specdec_course.__file__)
+judge = os.path.join(package, "grading", "judge")
+assert not os.path.exists(judge), os.listdir(judge)  # the student edition has no judge side
 try:
-    open(os.path.join(judge, "x.py"), "w")
-    raise AssertionError("wrote into the judge side's folder")
+    os.makedirs(judge)
+    raise AssertionError("made a judge folder in the package")
 except OSError:
     pass
 """
