@@ -224,9 +224,10 @@ def test_greedy_prompt_lookup_equals_greedy_generate(llm32):
 
 
 # The joint law of two tokens after a prompt where prompt lookup drafts " blue" (the earlier
-# "red green" was followed by it) and the model, at temperature 1 with top-2, puts about half
-# of its mass on " blue" and half on ",": a case where the verifier's accept and residual
-# both matter.
+# " green" was followed by it: a one-token match, so these tests build PromptLookup with
+# min_n=1; the shipped one needs two tokens, llm.LOOKUP_MIN_N) and the model, at
+# temperature 1 with top-2, puts about half of its mass on " blue" and half on ",": a case
+# where the verifier's accept and residual both matter.
 LAW_TEXT = "red green blue red green"
 PROC = {"temperature": 1.0, "top_k": 2}
 
@@ -248,13 +249,18 @@ def _exact_joint(model, prompt) -> dict:
 def _pairs(model, prompt, runs, seed, k=2, name="prompt_lookup"):
     from specdec_course import llm
 
-    lookup = llm.proposers(model)[name]
+    if name == "prompt_lookup":
+        lookup = llm.PromptLookup(model, min_n=1)
+    else:
+        lookup = llm.proposers(model)[name]
     g = torch.Generator().manual_seed(seed)
     n0 = prompt.numel()
-    seen = []
+    seen, drafted = [], 0
     for _ in range(runs):
-        out, _ = decoding.speculative_generate(model, lookup, prompt, 2, k=k, generator=g, **PROC)
+        out, st = decoding.speculative_generate(model, lookup, prompt, 2, k=k, generator=g, **PROC)
         seen.append((int(out[n0]), int(out[n0 + 1])))
+        drafted += st.drafted
+    assert drafted >= runs  # every run verified a draft: the law tests the verifier's path
     return seen
 
 
@@ -373,7 +379,7 @@ class _LyingLookup:
     def __init__(self, model):
         from specdec_course import llm
 
-        self.inner = llm.proposers(model)["prompt_lookup"]
+        self.inner = llm.PromptLookup(model, min_n=1)  # drafts " blue" after " green"
         self.vocab_size = self.inner.vocab_size
 
     def start(self, *args):
