@@ -213,7 +213,7 @@ def test_every_withheld_function_exists_and_the_rest_of_its_module_stays():
             for path in functions:
                 module, name = withheld.split(path)
                 if module in edition.STUDENT_EDITION:
-                    rel = edition._module_path(module).relative_to(edition.package_dir())
+                    rel = withheld.module_file(module).relative_to(edition.package_dir())
                     text = (tree / rel).read_text()
                     assert f"{module}.{name} is withheld while {ex}" in text
     sampling = _rewritten("specdec_course.sampling", "ex01")

@@ -186,12 +186,6 @@ def package_dir() -> Path:
     return Path(specdec_course.__file__).resolve().parent
 
 
-def _module_path(module: str) -> Path:
-    parts = module.split(".")[1:]
-    base = package_dir().joinpath(*parts)
-    return base / "__init__.py" if (base / "__init__.py").is_file() else base.with_suffix(".py")
-
-
 _lock = threading.Lock()
 _trees: dict[tuple[str, tuple[str, ...]], Path] = {}
 _root: str | None = None
@@ -222,7 +216,7 @@ def build_tree(exercise: str = "", functions: tuple[str, ...] = ()) -> Path:
         tree = Path(_root) / f"{exercise or 'plain'}-{len(_trees)}" / "specdec_course"
         base = package_dir()
         for module in sorted(STUDENT_EDITION):
-            src = _module_path(module)
+            src = withheld.module_file(module)
             dest = tree / src.relative_to(base)
             dest.parent.mkdir(parents=True, exist_ok=True)
             text = src.read_text(encoding="utf-8")
