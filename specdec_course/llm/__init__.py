@@ -42,9 +42,10 @@ __all__ = [
 
 # The feature draft's dynamic stop: a drafted token pays when the chance that it is accepted
 # (its chain confidence, if the draft is calibrated) exceeds what it adds to the call: about
-# 0.06 of a one-token call to verify one more token at small k on the course's CPU when it is
-# quiet (T(3)/T(1) in float32; up to 0.17 on a busy one, data/results/llm_cpu.json), plus
-# about 0.04 for the draft's own step (its weights are 3.6% of the target's). So 0.1.
+# 0.04 to 0.1 of a one-token call to verify one more token at small k on the course's CPU
+# (T(3)/T(1) in float32 was 1.07 and 1.19 in the last two records, data/results/llm_cpu.json;
+# 1.34 on a busy machine), plus about 0.04 for the draft's own step (its weights are 3.6% of
+# the target's). So 0.1.
 STOP_BELOW = 0.1
 
 # Prompt lookup's shortest match: two tokens. A one-token match is mostly a chance repeat of a

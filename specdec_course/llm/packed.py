@@ -17,8 +17,8 @@ depends on the rows beside it, and bfloat16 makes that visible in greedy text).
 
 float32 takes both paths, by the number of rows: ATen's (MKL's) product is the fastest at one
 to three rows, the calls of plain decoding; from four rows on, the verification calls of
-speculative decoding, MKL switches to a kernel that costs nearly a one-row product per row
-added, and oneDNN's packed product reads the weights once for all rows. Measured on the
+speculative decoding, MKL switches to a kernel that adds about 8 ms a row (a sixth of a
+one-row call), and oneDNN's packed product, about 3. Measured on the
 course's 2-core CPU, one thread, the whole model after a 300-token context (``bench llm``
 records it as ``call_costs``): ATen 52 ms for 1 token, 84 for 4 and 121 for 9; packed 56, 64
 and 82. :class:`SplitLinear` keeps both copies of the weights (twice the memory: 1.1 GB
