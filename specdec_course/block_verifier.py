@@ -36,7 +36,13 @@ import torch
 from .sampling import residual_race
 from .verifier import RejectionResult, VerifierInputs, prepare_inputs
 
-__all__ = ["block_verify", "block_verify_prepared", "block_verify_row", "block_thresholds"]
+__all__ = [
+    "block_verify",
+    "block_verify_prepared",
+    "block_verify_row",
+    "block_thresholds",
+    "kept_law",
+]
 
 
 def block_verify(
@@ -84,8 +90,7 @@ def block_thresholds(
     drafts), ``h[b, j]`` the threshold of the coin of draft ``j`` (position ``i = j + 1``;
     0 past a row's drafts). Inputs as :func:`block_verify`, unchecked (pass what
     ``verifier.prepare_inputs`` returned). Given the drafts, the block keeps ``i`` of them
-    with probability ``h_i * prod_{j > i} (1 - h_j)``: what lesson 09 and the tests
-    enumerate to show the rule lossless.
+    with probability ``h_i * prod_{j > i} (1 - h_j)`` (:func:`kept_law`).
     """
     ids, q, p = draft_token_ids, draft_probs, target_probs
     B, K = ids.shape
@@ -118,6 +123,19 @@ def block_thresholds(
     last = torch.arange(K, device=dev).unsqueeze(0) == (n - 1).unsqueeze(1)
     h = torch.where(last, weight[:, 1:], h)
     return weight, torch.where(has, h, 0.0)
+
+
+def kept_law(h: torch.Tensor) -> torch.Tensor:
+    """The law of ``tau``, the number of drafts the block keeps, given its coin thresholds
+    ``h`` ``[B, K]`` (:func:`block_thresholds`): ``[B, K + 1]``, column ``i`` the chance
+    that coin ``i`` came up and none after it, ``h_i * prod_{j > i} (1 - h_j)`` with
+    ``h_0 = 1`` (the longest prefix whose coin came up). Lesson 09 enumerates the rule with
+    it; exercise 10 derives it."""
+    hh = torch.cat([torch.ones_like(h[:, :1]), h], dim=1)  # [B, K + 1]: h_0 = 1
+    # none_after[:, i] = prod_{j > i} (1 - h_j): a reversed cumulative product, shifted.
+    tail = (1 - hh).flip(1).cumprod(1).flip(1)
+    none_after = torch.cat([tail[:, 1:], torch.ones_like(h[:, :1])], dim=1)
+    return hh * none_after
 
 
 def block_verify_prepared(inputs: VerifierInputs) -> RejectionResult:

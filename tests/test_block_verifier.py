@@ -276,3 +276,24 @@ def test_measure_block_reports_the_difference_and_its_paired_standard_error():
     assert rec["units"] == 4
     assert abs(row["diff"] - (row["block_accepted"] - row["token_accepted"])) < 1e-12
     assert 0 < row["diff_se"] < 3  # accepted drafts per iteration lie in 0 .. k
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kept_law_is_the_coins_enumerated(seed):
+    # kept_law's closed form against every outcome of the K coins, keeping the longest prefix
+    # whose coin came up (exact, float64).
+    P, Q = _language(seed)
+    blocks = list(itertools.product(range(V), repeat=G))
+    ids, q, p = _blocks(P, Q, blocks)
+    _, h = block_thresholds(ids, q, p)
+    from specdec_course.block_verifier import kept_law
+
+    law = kept_law(h)
+    want = torch.zeros_like(law)
+    for coins in itertools.product((False, True), repeat=G):
+        pr = torch.ones(len(blocks), dtype=torch.float64)
+        for j, up in enumerate(coins):
+            pr = pr * (h[:, j] if up else 1 - h[:, j])
+        want[:, max((j + 1 for j, up in enumerate(coins) if up), default=0)] += pr
+    assert torch.allclose(law, want, atol=1e-12)
+    assert torch.allclose(law.sum(1), torch.ones(len(blocks), dtype=torch.float64))

@@ -369,3 +369,25 @@ def test_shipped_heads_beat_chance_and_fit_the_size_budget(shipped):
     medusa.load_heads(target=target)  # trained on this very target
     top1 = heads.meta["val_top1"]
     assert all(a > 5 / 65 for a in top1) and top1 == sorted(top1, reverse=True)
+
+
+def test_node_law_is_the_walks_rule_enumerated_and_equals_the_target():
+    # medusa.node_law (what lesson 06 checks the rule with) against the grader's own
+    # enumeration of the rule (accept-or-move-on per child, then what is left), and the
+    # lossless property: for any children the emitted token is distributed as p.
+    from specdec_course.grading.judge.ex07.walk import _node_law
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(6):
+        p = torch.softmax(3 * torch.randn(7, dtype=torch.float64, generator=g), -1)
+        if trial % 2:
+            p[int(torch.randint(7, (), generator=g))] = 0.0  # a child the target never emits
+            p = p / p.sum()
+        kids = torch.randperm(7, generator=g)[: 1 + trial].tolist()
+        moves, rest = _node_law(p, kids)
+        want = rest.clone()
+        for c, m in zip(kids, moves):
+            want[c] += m
+        got = medusa.node_law(p, kids)
+        assert torch.allclose(got, want, atol=1e-12)
+        assert torch.allclose(got, p, atol=1e-12)

@@ -12,6 +12,16 @@ drawn from is one-hot: ``q`` has a 1 at the drafted token. The verifier then acc
 ``x`` with probability ``p(x)`` and otherwise resamples from ``norm(max(p - q, 0))``, which
 keeps the output exactly the target's (lesson 01); at temperature 0 it is the target's
 greedy text token for token.
+
+How many tokens to copy is learnt as it goes (``grow=True``, the default): Hugging Face's
+heuristic schedule for its assistant drafts (``num_assistant_tokens_schedule="heuristic"``).
+A proposal starts at ``k`` tokens; after each verified proposal the limit grows by 2 (up to
+``k``) when every copied token was accepted and shrinks by 1 (down to 1) otherwise. On
+text that repeats its input the limit stays at ``k``; on open chat, where a two-token
+match is mostly a chance repeat and its copy is rejected at once, proposals shrink to one
+token, whose verification costs little more than a plain step. The length depends only on
+earlier verdicts, fixed before the proposal is verified, so the output law is unchanged
+(lesson 08's dynamic k).
 """
 
 from __future__ import annotations
@@ -42,20 +52,22 @@ def lookup(ctx: np.ndarray, k: int, min_n: int = 1, max_n: int = 4) -> np.ndarra
 class PromptLookup:
     """Prompt lookup as a proposer for ``decoding.speculative_generate`` (``drafts.proposer``).
 
-    ``PromptLookup(model, min_n=1, max_n=4)``: built for ``model`` (the loop refuses another
-    target). ``propose`` copies up to ``k`` tokens (``lookup``), fewer where the match is
-    near the end of the text, none where nothing matches (the iteration is then a plain
-    step). ``q`` is one-hot: ``None`` at temperature 0, else float32 rows with a 1 at each
-    draft. Stateless between calls, so ``commit`` has nothing to roll back.
+    ``PromptLookup(model, min_n=1, max_n=4, grow=True)``: built for ``model`` (the loop
+    refuses another target). ``propose`` copies up to ``k`` tokens (``lookup``; up to the
+    learnt limit with ``grow``, the module docstring), fewer where the match is near the end
+    of the text, none where nothing matches (the iteration is then a plain step). ``q`` is
+    one-hot: ``None`` at temperature 0, else float32 rows with a 1 at each draft. ``commit``
+    reads how many copied tokens were accepted and moves the limit; nothing to roll back.
     """
 
-    def __init__(self, model, *, min_n: int = 1, max_n: int = 4):
+    def __init__(self, model, *, min_n: int = 1, max_n: int = 4, grow: bool = True):
         check_int(min_n, "min_n")
         check_int(max_n, "max_n", minimum=min_n)
         self.target = model
         self.vocab_size = model.config.vocab_size
         self.device = model.lm_head.weight.device
         self.min_n, self.max_n = min_n, max_n
+        self.grow = bool(grow)
         self.greedy = True
         self._q = None
 
@@ -64,11 +76,15 @@ class PromptLookup:
         self._q = None if self.greedy else torch.zeros(max(k, 1), self.vocab_size)
         self._set: list[tuple[int, int]] = []
         self.proposals = self.drafted = 0
+        self.k = max(k, 1)  # the loop's k: the limit's ceiling
+        self.limit = self.k  # the next proposal's length at most (grow)
+        self._pending = None  # (n, tokens copied) of the proposal being verified
 
     def propose(self, ids, n, k, out):
         ctx = ids[:n].numpy() if ids.device.type == "cpu" else ids[:n].cpu().numpy()
-        draft = lookup(ctx, k, self.min_n, self.max_n)
+        draft = lookup(ctx, min(k, self.limit) if self.grow else k, self.min_n, self.max_n)
         kk = int(draft.shape[0])
+        self._pending = (n, kk)
         self.proposals += 1
         self.drafted += kk
         if kk == 0:
@@ -85,7 +101,18 @@ class PromptLookup:
         return kk, q[:kk]
 
     def commit(self, ids, n) -> None:
-        pass
+        """After a verification: ``n`` committed tokens, the proposal's accepted ones and the
+        target's own. With ``grow``, a proposal accepted whole raises the limit by 2 (up to
+        ``k``); one cut short lowers it by 1 (down to 1)."""
+        if self._pending is None:
+            return
+        before, kk = self._pending
+        self._pending = None
+        if self.grow and kk:
+            if n - before - 1 >= kk:
+                self.limit = min(self.k, self.limit + 2)
+            else:
+                self.limit = max(1, self.limit - 1)
 
     def __repr__(self) -> str:
-        return f"PromptLookup(min_n={self.min_n}, max_n={self.max_n})"
+        return f"PromptLookup(min_n={self.min_n}, max_n={self.max_n}, grow={self.grow})"

@@ -76,7 +76,7 @@ from .heads import (
     medusa_loss,
 )
 from .hydra import DEFAULT_HIDDEN, HydraHeads, hydra_acceptance, hydra_loss, train_hydra
-from .medusa_generate import MedusaStats, medusa_generate
+from .medusa_generate import MedusaStats, medusa_generate, node_law
 from .tree import (
     CHAIN,
     TREE_LARGE,
@@ -128,4 +128,5 @@ __all__ = [
     "HYDRA_STEPS",
     "DRAFTS",
     "sampled_chain_walk",
+    "node_law",
 ]

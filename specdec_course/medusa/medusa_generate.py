@@ -122,6 +122,27 @@ def _greedy_walk(
             return node, want
 
 
+def node_law(p: torch.Tensor, children) -> torch.Tensor:
+    """The exact law of the token the sampled walk emits at one node (``_sampled_walk``'s rule).
+
+    ``p`` ``[V]``: the target's distribution at the node; ``children``: the candidate tokens
+    of its children, in the order they are tried. Child ``c`` is accepted with probability
+    ``p(c)`` renormalised over what earlier rejections left; if none is, the token is drawn
+    from what is left. Returns ``[V]``: the probability of emitting each token there, which
+    equals ``p`` for any candidates (lesson 06 checks it; exercise 07 writes the walk).
+    """
+    out = torch.zeros_like(p)
+    left, reach = p.clone(), 1.0  # mass not yet rejected; P(every earlier child rejected)
+    for c in children:
+        mass = float(left.sum())
+        share = float(left[c]) / mass if mass > 0 else 0.0
+        out[c] += reach * share
+        reach *= 1.0 - share
+        left[c] = 0.0
+    mass = float(left.sum())
+    return out + left * (reach / mass) if mass > 0 else out
+
+
 def _sampled_walk(
     logits: torch.Tensor,
     process: Callable[[torch.Tensor], torch.Tensor] | None,

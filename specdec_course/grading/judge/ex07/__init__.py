@@ -39,13 +39,15 @@ from .compaction import check_compact_cache
 # isort: on
 
 # Not in the sandbox while ex07 is graded (grading.judge.withheld): the package's tree walks
-# (greedy and sampled, and the chain walk they share) and its cache compaction.
+# (greedy and sampled, and the chain walk they share), the exact law of the sampled walk at one
+# node (lesson 06 checks the rule with it) and its cache compaction.
 PUBLIC_IMPLEMENTATIONS = (
     "specdec_course.medusa.medusa_generate._greedy_walk",
     "specdec_course.medusa.medusa_generate._sampled_walk",
     "specdec_course.medusa.candidates.sampled_chain_walk",
     "specdec_course.medusa.tree.compact_cache",
     "specdec_course.medusa.tree._move_slots",
+    "specdec_course.medusa.medusa_generate.node_law",
 )
 ALLOWED = {
     "specdec_course.medusa.build_tree": "builds a tree's buffers (the cases' trees); the walk "
