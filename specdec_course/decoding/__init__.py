@@ -18,7 +18,7 @@ loops take in ``specdec_course.fast``.
 """
 
 from .dynamic import ControllerK, HeuristicK, KPolicy
-from .plain import caches_consistent, check_prompt, generate
+from .plain import caches_consistent, check_prompt, crop_caches, generate
 from .spec_stats import SpecStats
 from .speculative import speculative_generate
 
@@ -28,6 +28,7 @@ __all__ = [
     "generate",
     "speculative_generate",
     "caches_consistent",
+    "crop_caches",
     "KPolicy",
     "HeuristicK",
     "ControllerK",

@@ -120,6 +120,16 @@ def check_executor(executor) -> bool:
     return executor == "numpy"
 
 
+def crop_caches(target_cache: KVCache, draft_cache: KVCache, n: int) -> None:
+    """Roll both caches of a one-row speculative loop back after a verification that left
+    ``n`` committed tokens (step 4 of lesson 04's loop): the target's cache keeps every
+    committed token but the newest, which is pending (the next call feeds it with the next
+    drafts); the draft's keeps no more than that, and catches up at its next call on what
+    it lacks. Exercise 04 works out the rule, for a batch."""
+    target_cache.crop(n - 1)
+    draft_cache.crop(min(draft_cache.length, n - 1))
+
+
 def caches_consistent(
     model: CharGPT, cache: KVCache, ids: torch.Tensor, atol: float = 1e-5
 ) -> bool:
