@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -30,6 +30,7 @@ from .model import (
     save_checkpoint,
 )
 from .paths import checkpoints_dir
+from .sampling import process_logits
 
 __all__ = [
     "TrainConfig",
@@ -221,13 +222,18 @@ def train(
 
 
 @torch.no_grad()
-def next_token_probs(model: CharGPT, x: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def next_token_probs(
+    model: CharGPT, x: torch.Tensor, temperature: float = 1.0, top_p: float | None = None
+) -> torch.Tensor:
     """Next-character distributions ``[B, T, V]`` (float64) for every position of ``x``.
 
-    ``temperature=0`` gives one-hot argmax distributions (greedy decoding).
+    ``temperature=0`` gives one-hot argmax distributions (greedy decoding); ``top_p``
+    processes the logits as the decoding loops do (``sampling.process_logits``).
     """
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0; got {temperature!r}")
+    if top_p is not None:
+        return process_logits(model(x), temperature, top_p=top_p).double()
     logits = model(x).double()
     if temperature == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).double()
@@ -264,6 +270,8 @@ class PairStats:
     worst_index: tuple  # (window, position) of the largest TV
     n_positions: int
     temperature: float
+    tv: torch.Tensor | None = field(default=None, repr=False, compare=False)  # per position
+    top_p: float | None = None
 
 
 def pair_stats(
@@ -273,20 +281,23 @@ def pair_stats(
     *,
     n_windows: int = 4,
     temperature: float = 1.0,
+    top_p: float | None = None,
 ) -> PairStats:
-    """TV distance and acceptance rate between ``target`` and ``draft`` on ``ids``.
+    """TV distance and acceptance rate between ``target`` and ``draft`` on ``ids``, their
+    logits processed alike (``temperature``, ``top_p``).
 
     Both models read the same ``n_windows`` fixed windows (``data.eval_windows``); every
-    position of every window is one comparison, so there are ``n_windows * block_size``.
-    Raises ValueError if the models' vocabularies or block sizes differ.
+    position of every window is one comparison, so there are ``n_windows * block_size``
+    (``tv``: each one's distance, ``[n_windows, block_size]``). Raises ValueError if the
+    models' vocabularies or block sizes differ.
     """
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError("target and draft must share the vocabulary (vocab_size differs)")
     if target.config.block_size != draft.config.block_size:
         raise ValueError("target and draft must have the same block_size")
     x, _ = D.eval_windows(ids, target.config.block_size, n_windows)
-    p = next_token_probs(target, x, temperature)
-    q = next_token_probs(draft, x, temperature)
+    p = next_token_probs(target, x, temperature, top_p)
+    q = next_token_probs(draft, x, temperature, top_p)
     tv = 0.5 * (p - q).abs().sum(-1)  # (n_windows, T)
     w = int(tv.argmax())
     T = tv.shape[1]
@@ -297,6 +308,8 @@ def pair_stats(
         worst_index=(w // T, w % T),
         n_positions=tv.numel(),
         temperature=float(temperature),
+        tv=tv,
+        top_p=top_p,
     )
 
 

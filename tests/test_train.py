@@ -79,6 +79,26 @@ def test_pair_stats_alpha_is_one_minus_mean_tv(split):
     assert s.tv_mean <= s.tv_worst <= 1
 
 
+def test_pair_stats_per_position_distances_and_top_p(split):
+    # The per-position TVs are the positions' own; top_p processes both models' logits as
+    # the loops do (sampling.process_logits), and a nucleus keeps fewer tokens, so the two
+    # models' distributions move (alpha changes) and stay distributions.
+    from specdec_course.sampling import process_logits
+
+    torch.manual_seed(0)
+    a, b = CharGPT(TINY).eval(), CharGPT(TINY).eval()
+    s = pair_stats(a, b, split[1], n_windows=2, top_p=0.5)
+    x, _ = D.eval_windows(split[1], TINY.block_size, 2)
+    with torch.no_grad():
+        p = process_logits(a(x), 1.0, top_p=0.5).double()
+        q = process_logits(b(x), 1.0, top_p=0.5).double()
+    assert s.tv.shape == (2, TINY.block_size) and s.top_p == 0.5
+    assert torch.allclose(s.tv, 0.5 * (p - q).abs().sum(-1), atol=1e-12)
+    assert s.alpha == pytest.approx(float(p.minimum(q).sum(-1).mean()))
+    assert s.tv_mean == pytest.approx(float(s.tv.mean()))
+    assert s.alpha != pytest.approx(pair_stats(a, b, split[1], n_windows=2).alpha)
+
+
 def test_pair_stats_rejects_models_with_different_vocabularies(split):
     a = CharGPT(TINY)
     b = CharGPT(replace(TINY, vocab_size=66))
