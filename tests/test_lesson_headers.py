@@ -59,3 +59,20 @@ def test_a_lesson_ends_with_common_mistakes_and_further_reading(path):
         m = re.search(rf"(?:\*\*{label}\.\*\*|## {label}\n)\s*(\S[^\n]*)", tail)
         assert m, f"{path.name}: its last cell has no '{label}'"
         assert len(m.group(1)) > 10, f"{path.name}: '{label}' has no text after it"
+
+
+def test_lessons_keep_code_cells_short_and_lesson_04_under_2500_words():
+    # The teaching pass's bars: no code cell over 40 lines outside appendix A (a longer one
+    # is split where its steps split), and lesson 04, the core, under 2,500 words of
+    # markdown (whitespace-separated, formulas included).
+    for path in LESSONS:
+        if path.name.startswith("appendix"):
+            continue
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            lines = "".join(cell["source"]).splitlines()
+            assert cell["cell_type"] != "code" or len(lines) <= 40, f"{path.name} cell {i}"
+    cells = json.loads((ROOT / "lessons" / "04_speculative_decoding.ipynb").read_text())["cells"]
+    words = sum(
+        len(re.findall(r"\S+", "".join(c["source"]))) for c in cells if c["cell_type"] == "markdown"
+    )
+    assert words < 2500, words
