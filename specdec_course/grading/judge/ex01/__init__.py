@@ -34,14 +34,15 @@ from .p_value import _p_value_cases, _reference_p_value, check_chi_square_p_valu
 # isort: on
 from .._support import RULE_IMPLEMENTATIONS
 
-# Not in the sandbox while ex01 is graded (grading.judge.withheld): the package's residual
-# and its speculative step, in every module that has them (lesson 01's proof picture draws
+# Not in the sandbox while ex01 is graded (grading.judge.withheld): the package's residual,
+# its accept test and its speculative step, in every module that has them (lesson 01's proof picture draws
 # the residual; Medusa's chain walk and the batched loop's NumPy rule take the step). (The
 # p-value is scipy's to use.)
 PUBLIC_IMPLEMENTATIONS = (
     "specdec_course.sampling._residual",
     "specdec_course.sampling.residual_distribution",
     "specdec_course.sampling.speculative_sample",
+    "specdec_course.sampling.accepts",
     "specdec_course.plots.proof_picture",
     "specdec_course.medusa.candidates.sampled_chain_walk",
     "specdec_course.decoding.batched._token_verify",
