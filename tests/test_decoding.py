@@ -213,7 +213,9 @@ def test_a_draft_model_with_a_shorter_context_is_refused_on_entry():
         decoding.speculative_generate(target, draft, prompt, 14, temperature=0)
 
 
-def test_crop_caches_keeps_all_but_the_pending_token_and_never_lengthens_the_draft(pair, val_prompts):
+def test_crop_caches_keeps_all_but_the_pending_token_and_never_lengthens_the_draft(
+    pair, val_prompts
+):
     # decoding.crop_caches (lesson 04's step 4): after a verification that left n committed
     # tokens the target cache holds n - 1 (the newest is pending) and equals a fresh run over
     # them; the draft's holds at most that. After a proposal accepted whole the draft never
@@ -227,7 +229,8 @@ def test_crop_caches_keeps_all_but_the_pending_token_and_never_lengthens_the_dra
         draft(ids[None, : n + 2], dc)
     decoding.crop_caches(tc, dc, n)
     assert tc.length == n - 1 and dc.length == n - 1
-    assert decoding.caches_consistent(target, tc, ids) and decoding.caches_consistent(draft, dc, ids)
+    assert decoding.caches_consistent(target, tc, ids)
+    assert decoding.caches_consistent(draft, dc, ids)
     with torch.inference_mode():
         dc.crop(n - 2)  # all drafts accepted: the draft fed all but its last
     decoding.crop_caches(tc, dc, n)

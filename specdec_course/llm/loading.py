@@ -19,7 +19,8 @@ rows beside it. In float32 the difference is a few units in the last place of 24
 never changed a greedy token on the bench's prompts (``bench llm`` checks every run); in
 bfloat16 the activations keep 8 bits and the same differences changed the greedy text in
 44 of 108 bench runs of 64 tokens (every prompt set, both drafts, k = 2, 4, 8). llama.cpp
-shows the same at 4.5-bit weights (its prompt-lookup greedy text differs from its plain
+shows the same on its quantised weights (Q4_1: 5 bits a weight with its block's scale and
+minimum; its prompt-lookup greedy text differs from its plain
 greedy text). ``load(torch.bfloat16)`` gives the faster model for sampling, where only the
 law matters, and for measuring.
 """

@@ -35,9 +35,9 @@ from .p_value import _p_value_cases, _reference_p_value, check_chi_square_p_valu
 from .._support import RULE_IMPLEMENTATIONS
 
 # Not in the sandbox while ex01 is graded (grading.judge.withheld): the package's residual,
-# its accept test and its speculative step, in every module that has them (lesson 01's proof picture draws
-# the residual; Medusa's chain walk and the batched loop's NumPy rule take the step). (The
-# p-value is scipy's to use.)
+# its accept test and its speculative step, in every module that has them (lesson 01's proof
+# picture draws the residual; Medusa's chain walk and the batched loop's NumPy rule take the
+# step). (The p-value is scipy's to use.)
 PUBLIC_IMPLEMENTATIONS = (
     "specdec_course.sampling._residual",
     "specdec_course.sampling.residual_distribution",
