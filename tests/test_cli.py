@@ -514,3 +514,16 @@ def test_generate_errors_speak_of_options_and_text(argv, words, capsys):
     assert words in err and "Traceback" not in err
     for api_name in ("prompt_ids", "max_new_tokens", "top_k", "top_p"):
         assert api_name not in err
+
+
+def test_the_llm_record_draws_its_figure(tmp_path):
+    # bench llm writes llm_cpu.png beside llm_cpu.json; drawn here from the committed record
+    # (no model needed), the figure holds the call-cost curves and every best-k speedup.
+    from specdec_course.bench import llm_race
+
+    record = llm_race.load_llm_results()
+    fig = llm_race.plot_llm(record)
+    left, right = fig.axes
+    assert len(left.lines) == 2 and len(right.patches) == len(record["best"])
+    png = llm_race.save_llm_plot(record, tmp_path / "llm_cpu.json")
+    assert png.endswith("llm_cpu.png") and (tmp_path / "llm_cpu.png").stat().st_size > 10_000

@@ -13,6 +13,8 @@ Hugging Face and llama.cpp on the same weights.
   llama.cpp through ``llama-cpp-python`` (plain and its ``LlamaPromptLookupDecoding``) on
   the GGUF file itself, where it is installed; each side's speedup is over its own plain
   decoding, and each side's speculative text is compared with its own plain text.
+- :func:`plot_llm` / :func:`save_llm_plot`: the record drawn (``llm_cpu.png`` beside
+  ``llm_cpu.json``): the call-cost curves of both models, and each proposer's best speedup.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ import torch
 
 from .. import decoding
 
-__all__ = ["grounding", "proposer_speedups", "best_k", "hf_race", "load_llm_results"]
+__all__ = [
+    "grounding",
+    "proposer_speedups",
+    "best_k",
+    "hf_race",
+    "load_llm_results",
+    "plot_llm",
+    "save_llm_plot",
+]
 
 
 def _chat(tok, text):
@@ -242,3 +252,43 @@ def load_llm_results() -> dict:
             "specdec-course bench llm --record (about 20 minutes)"
         )
     return json.loads(path.read_text())
+
+
+def plot_llm(record: dict):
+    """A figure of ``bench llm``'s record: cost(n)/cost(1) of SmolLM2 and of the character
+    target against n (left), and each proposer's speedup at its best k on each prompt set and
+    temperature (right, with 1x marked)."""
+    import matplotlib.pyplot as plt
+
+    costs = record["call_costs"]
+    sizes = costs["sizes"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for name, label in (("smollm2", "SmolLM2-135M"), ("char_target", "character target")):
+        ax1.plot(sizes, costs[name]["ratio"], "o-", ms=3, label=label)
+    ax1.set(xlabel="tokens scored in one call, n", ylabel="cost(n) / cost(1)", ylim=(0, None))
+    ax1.legend(fontsize=8)
+    best = sorted(record["best"], key=lambda r: (r["proposer"], r["set"], r["temperature"]))
+    labels = [f"{r['proposer']}, {r['set']}, T={r['temperature']:g}" for r in best]
+    ax2.barh(range(len(best)), [r["speedup"] for r in best], color="C2")
+    ax2.set_yticks(range(len(best)), labels, fontsize=7)
+    ax2.axvline(1.0, color="0.4", lw=1)
+    ax2.set(xlabel="speedup over plain decoding (best k)")
+    fig.suptitle(f"{record['command']}, {record['date']}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def save_llm_plot(record: dict, json_path) -> str:
+    """Draw :func:`plot_llm` to ``json_path`` with the suffix ``.png``; returns that path."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    png = Path(json_path).with_suffix(".png")
+    fig = plot_llm(record)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return str(png)

