@@ -134,17 +134,59 @@ _CODE_MORE = (
 ).split("|")
 
 
+# The third round: requests of every kind a chat model gets (explain, advise, plan, compare,
+# write, list, define), on subjects from daily life, work, science, places and hobbies,
+# wider than the first two rounds' templates. None is a bench prompt (tests/test_llm.py).
+_AREAS = (
+    "cooking pasta|a rainy weekend|learning to drive|a job interview|a noisy office|a new "
+    "puppy|a vegetable garden|a budget for groceries|a school project|a long flight|a museum "
+    "trip|a science fair volcano|a broken bicycle|a birthday cake|a camping trip in the "
+    "mountains|a beach holiday|a book club|a chess tournament|a piano lesson|a yoga class|a "
+    "marathon training plan|a small bakery|a lemonade stand|a recycling campaign|a community "
+    "garden|a moving day|a wedding speech|a thank-you note|a cover letter|a team meeting|a "
+    "presentation at work|a difficult conversation with a friend|a family reunion|a picnic|a "
+    "snowy winter|a hot summer day|a power outage|a flat tyre|a lost passport|a new phone|a "
+    "slow computer|a strong password|a first website|a spreadsheet|an online course|a "
+    "podcast|a short film|a photo album|a travel diary|a city map|the water in the ocean|the "
+    "speed of light|the human skeleton|the stars at night|the wind|clouds|sound|magnetism|"
+    "bacteria|plants in the desert|coral|wolves in the wild|bees in winter|owls|sharks|"
+    "tigers|pandas|horses|parrots|tea from China|coffee from Ethiopia|olive oil|bread in "
+    "France|rice in Japan|markets in Morocco|trains in Switzerland|canals in Venice|the "
+    "Sahara|the Himalayas|the Nile|Iceland|Canada in autumn|Australia's animals|the Moon's "
+    "craters|Mars|the Sun|Saturn's rings|comets|earth's layers|fossils|ancient Rome|the "
+    "Middle Ages|the Egyptian pyramids|the first computers|the invention of the telephone|"
+    "the history of chocolate|the history of the bicycle|jazz|painting with watercolours|"
+    "learning to knit|origami|juggling|bird feeders|houseplants in winter|saving energy at "
+    "home|drinking more water|sleeping better|a morning walk|stretching|a healthy breakfast"
+).split("|")
+_REQUESTS = (
+    "Can you explain {t} in simple words?|What should I know before {t}?|Help me plan {t}.|"
+    "What are the best tips for {t}?|Write a short paragraph about {t}.|Write a short poem "
+    "about {t}.|Write a short story about {t}.|Give me three fun facts about {t}.|What is the "
+    "most interesting thing about {t}?|How would you describe {t} to a child?|What mistakes "
+    "do people make with {t}?|Make a simple checklist for {t}.|Write a friendly email about "
+    "{t}.|What are the good and bad sides of {t}?|Why do people care about {t}?|Tell me the "
+    "story of {t}.|How does {t} work?|What questions should I ask about {t}?|Give me a "
+    "step-by-step guide to {t}.|What would a beginner find hard about {t}?|Summarize what "
+    "you know about {t} in a few sentences.|Write a short diary entry about {t}.|Write a "
+    "dialogue between a teacher and a student about {t}.|What could I learn from {t}?"
+).split("|")
+
+
 def training_prompts(seed: int = 0) -> list[str]:
     """The prompts ``make_data`` answers, in batch order. First the first round (every topic
     under every template and each code task eight times, shuffled; the shipped draft's first
     42 batches of 32 are its first 1,344), then the second round: open questions on
-    everyday subjects and more code tasks, each code task four times, shuffled; then the rest
-    of the first round."""
+    everyday subjects and more code tasks, each code task four times, shuffled; then the third
+    round, requests of every kind on wider subjects, shuffled (not in the shipped draft's
+    data: its 78 batches end inside the second round); then the rest of the first round."""
     first = [tpl.format(t=t) for t in _TOPICS for tpl in _TEMPLATES] + _CODE * 8
     random.Random(seed).shuffle(first)
     second = [q.format(t=t) for t in _SUBJECTS for q in _QUESTIONS] + _CODE_MORE * 4
     random.Random(seed + 1).shuffle(second)
-    return first[:1344] + second + first[1344:]
+    third = [r.format(t=t) for t in _AREAS for r in _REQUESTS]
+    random.Random(seed + 2).shuffle(third)
+    return first[:1344] + second + third + first[1344:]
 
 
 def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -221,7 +263,7 @@ def make_data(
     ``ids`` [B, L] (left-padded), ``mask`` [B, L] (1 on real tokens up to the first end of
     turn), ``feats`` [B, L - 1, d] bfloat16 (the feature at each position, which predicts the
     next token) and ``prompt_len``. Odd batches are sampled at temperature 1, even ones
-    greedy. Resumes: existing batch files are kept."""
+    greedy. Resumes: existing batch files are kept (each is written whole, then renamed)."""
     from .loading import load
 
     _, tok = load(torch.float32)
@@ -269,8 +311,9 @@ def make_data(
                 "prompt_len": width,
                 "sampled": sample,
             },
-            path,
+            path + ".tmp",
         )
+        os.replace(path + ".tmp", path)  # whole or absent: a run stopped mid-save resumes cleanly
         log(
             f"batch {b + 1}/{total}: {int((~ended).sum())} answer tokens, "
             f"{time.perf_counter() - t0:.0f}s"
