@@ -13,8 +13,9 @@ Hugging Face and llama.cpp on the same weights.
   llama.cpp through ``llama-cpp-python`` (plain and its ``LlamaPromptLookupDecoding``) on
   the GGUF file itself, where it is installed; each side's speedup is over its own plain
   decoding, and each side's speculative text is compared with its own plain text.
-- :func:`plot_llm` / :func:`save_llm_plot`: the record drawn (``llm_cpu.png`` beside
-  ``llm_cpu.json``): the call-cost curves of both models, and each proposer's best speedup.
+- :func:`plot_call_costs`, :func:`plot_llm` / :func:`save_llm_plot`: the record drawn
+  (``llm_cpu.png`` beside ``llm_cpu.json``): the call-cost curves of both models (lesson 11
+  draws them too), and each proposer's best speedup.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "best_k",
     "hf_race",
     "load_llm_results",
+    "plot_call_costs",
     "plot_llm",
     "save_llm_plot",
 ]
@@ -254,18 +256,22 @@ def load_llm_results() -> dict:
     return json.loads(path.read_text())
 
 
+def plot_call_costs(costs: dict, ax, labels=("SmolLM2-135M", "character target")) -> None:
+    """Draw the record's ``call_costs`` on ``ax``: cost(n)/cost(1) of SmolLM2 and of the
+    character target against n (lesson 11 adds its own marks)."""
+    for name, label in zip(("smollm2", "char_target"), labels):
+        ax.plot(costs["sizes"], costs[name]["ratio"], "o-", ms=3, label=label)
+    ax.set(xlabel="tokens scored in one call, n", ylabel="cost(n) / cost(1)", ylim=(0, None))
+
+
 def plot_llm(record: dict):
-    """A figure of ``bench llm``'s record: cost(n)/cost(1) of SmolLM2 and of the character
-    target against n (left), and each proposer's speedup at its best k on each prompt set and
-    temperature (right, with 1x marked)."""
+    """A figure of ``bench llm``'s record: the call costs (:func:`plot_call_costs`, left), and
+    each proposer's speedup at its best k on each prompt set and temperature (right, with 1x
+    marked)."""
     import matplotlib.pyplot as plt
 
-    costs = record["call_costs"]
-    sizes = costs["sizes"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
-    for name, label in (("smollm2", "SmolLM2-135M"), ("char_target", "character target")):
-        ax1.plot(sizes, costs[name]["ratio"], "o-", ms=3, label=label)
-    ax1.set(xlabel="tokens scored in one call, n", ylabel="cost(n) / cost(1)", ylim=(0, None))
+    plot_call_costs(record["call_costs"], ax1)
     ax1.legend(fontsize=8)
     best = sorted(record["best"], key=lambda r: (r["proposer"], r["set"], r["temperature"]))
     labels = [f"{r['proposer']}, {r['set']}, T={r['temperature']:g}" for r in best]
