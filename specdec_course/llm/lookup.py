@@ -77,12 +77,12 @@ class PromptLookup:
         self._set: list[tuple[int, int]] = []
         self.proposals = self.drafted = 0
         self.k = max(k, 1)  # the loop's k: the limit's ceiling
-        self.limit = self.k  # the next proposal's length at most (grow)
+        self.limit = self.k  # the next proposal's length at most (stays at k without grow)
         self._pending = None  # (n, tokens copied) of the proposal being verified
 
     def propose(self, ids, n, k, out):
         ctx = ids[:n].numpy() if ids.device.type == "cpu" else ids[:n].cpu().numpy()
-        draft = lookup(ctx, min(k, self.limit) if self.grow else k, self.min_n, self.max_n)
+        draft = lookup(ctx, min(k, self.limit), self.min_n, self.max_n)
         kk = int(draft.shape[0])
         self._pending = (n, kk)
         self.proposals += 1
@@ -104,11 +104,11 @@ class PromptLookup:
         """After a verification: ``n`` committed tokens, the proposal's accepted ones and the
         target's own. With ``grow``, a proposal accepted whole raises the limit by 2 (up to
         ``k``); one cut short lowers it by 1 (down to 1)."""
-        if self._pending is None:
+        if self._pending is None or not self.grow:
             return
         before, kk = self._pending
         self._pending = None
-        if self.grow and kk:
+        if kk:
             if n - before - 1 >= kk:
                 self.limit = min(self.k, self.limit + 2)
             else:
