@@ -351,6 +351,63 @@ def test_the_feature_drafts_dynamic_stop_shortens_proposals_and_keeps_the_text(l
             FeatureDraftProposer(model, d, stop_below=bad)
 
 
+def _ablation_tool():
+    import importlib.util
+
+    from specdec_course.paths import REPO_ROOT
+
+    path = REPO_ROOT / "tools" / "llm_draft_ablation.py"
+    spec = importlib.util.spec_from_file_location("llm_draft_ablation", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_draft_ablations_variants_start_as_the_shipped_design_and_attend_causally():
+    """tools/llm_draft_ablation.py compares like with like: each variant, initialised, computes
+    what the shipped design computes with the same block weights (the attention's output
+    projection starts at zero, the fused input starts as f_t alone); and a query attends
+    only to keys it is allowed (changing a later key changes nothing)."""
+    from specdec_course.llm.draft import FeatureDraft
+
+    tool = _ablation_tool()
+    g = torch.Generator().manual_seed(0)
+    d, V = 32, 50
+    embed, vocab = torch.randn(V, d, generator=g), torch.arange(0, V, 5)
+    shipped = FeatureDraft(embed, vocab, 64)
+    shipped.init_from_target()
+    f, x = torch.randn(2, 3, d, generator=g), torch.randint(V, (2, 3), generator=g)
+    want_h, want_logits = shipped(f, x)
+    S = 6
+    keys = [torch.randn(2, S, d, generator=g), torch.randint(V, (2, S), generator=g)]
+    keys += [torch.randn(2, S, d, generator=g), torch.randint(V, (2, S), generator=g)]
+    allowed = torch.arange(S).view(1, 1, S) <= torch.tensor([[0, 2, 5], [1, 3, 4]]).unsqueeze(-1)
+    dist = torch.rand(2, 3, S, generator=g)
+    for kw in ({"heads": 2}, {"fused": True}):
+        v = tool.AblationDraft(embed, vocab, 64, **kw)
+        v.init_from_target()
+        v.load_state_dict(shipped.state_dict(), strict=False)
+        f0, kv = f, None
+        if v.fused:
+            blocks = torch.randn(2, 3, len(tool.BLOCKS) * d, generator=g)
+            f0 = v.fuse(torch.cat([blocks, f], -1))
+        if v.heads:
+            kv = (*v.keys(*keys), allowed, dist)
+        h, logits = v(f0, x, kv)
+        torch.testing.assert_close(h, want_h)
+        torch.testing.assert_close(logits, want_logits)
+    with torch.no_grad():
+        v = tool.AblationDraft(embed, vocab, 64, heads=2)
+        v.init_from_target()
+        v.wo.weight.normal_(generator=g)  # the attention now contributes
+        before = v(f, x, (*v.keys(*keys), allowed, dist))[0]
+        later = [k.clone() for k in keys]
+        later[2][0, 3:] += 1.0  # the values of keys 3.. of row 0: row 0's first two queries see
+        after = v(f, x, (*v.keys(*later), allowed, dist))[0]  # keys up to 0 and 2 only
+    torch.testing.assert_close(after[0, :2], before[0, :2])
+    assert not torch.allclose(after[0, 2], before[0, 2])
+
+
 def test_feature_draft_checkpoint_loads_safely_and_knows_its_target(llm32, tmp_path):
     """The shipped draft loads with weights_only=True; a checkpoint whose fingerprint is
     another target's is refused with a one-line error."""

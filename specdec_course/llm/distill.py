@@ -320,16 +320,22 @@ def make_data(
         )
 
 
+def _load_sequences_of(path):
+    # One batch file's answers: (ids, float32 features, prompt length), padding cut off.
+    b, seqs = torch.load(path, weights_only=True), []
+    for i in range(b["ids"].shape[0]):
+        where = b["mask"][i].bool().nonzero().flatten()
+        lo, hi = int(where[0]), int(where[-1]) + 1
+        seqs.append(
+            (b["ids"][i, lo:hi], b["feats"][i, lo : hi - 1].float(), int(b["prompt_len"]) - lo)
+        )
+    return seqs
+
+
 def _load_sequences(data_dir):
     seqs = []
     for path in sorted(glob.glob(os.path.join(data_dir, "batch*.pt"))):
-        b = torch.load(path, weights_only=True)
-        for i in range(b["ids"].shape[0]):
-            where = b["mask"][i].bool().nonzero().flatten()
-            lo, hi = int(where[0]), int(where[-1]) + 1
-            seqs.append(
-                (b["ids"][i, lo:hi], b["feats"][i, lo : hi - 1].float(), int(b["prompt_len"]) - lo)
-            )
+        seqs += _load_sequences_of(path)
     return seqs
 
 
