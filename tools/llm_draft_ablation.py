@@ -150,19 +150,15 @@ def windows(draft, seqs, teach, multi, idx, starts_per_seq, g):
 
 
 def loss_and_alpha(draft, seqs, teach, multi, idx, starts_per_seq, g, decay=0.9):
-    """``llm.distill.unrolled_loss`` over these windows: (1 - alpha) + KL + a pull of the
-    guessed feature, per depth, weighted ``decay ** depth``."""
+    """``llm.distill.unrolled_loss`` over these windows: ``distill.depth_loss`` per depth,
+    weighted ``decay ** depth``."""
     f, kv, at = windows(draft, seqs, teach, multi, idx, starts_per_seq, g)
     loss, alphas = 0.0, []
     for dd in range(DEPTH):
         h, logits = draft(f, at(dd, "x"), kv)
-        lp = at(dd, "p")
-        p, lq = lp.exp(), F.log_softmax(logits, -1)
-        alpha = torch.minimum(p, lq.exp()).sum(-1)
-        kl = (p * (lp - lq)).sum(-1)
-        pull = F.smooth_l1_loss(h, at(dd, "f"))
-        loss = loss + decay**dd * ((1 - alpha).mean() + kl.mean() + 0.1 * pull)
-        alphas.append(alpha.mean().item())
+        term, alpha = distill.depth_loss(h, logits, at(dd, "p"), at(dd, "f"))
+        loss = loss + decay**dd * term
+        alphas.append(alpha)
         f = h
     return loss, alphas
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from .draft import FeatureDraft
 from .gguf_load import read_gguf
 
-__all__ = ["training_prompts", "hf_model", "make_data", "train"]
+__all__ = ["training_prompts", "hf_model", "make_data", "depth_loss", "train"]
 
 _TOPICS = (
     "the water cycle|photosynthesis|the French Revolution|black holes|how vaccines work|the "
@@ -333,10 +333,8 @@ def _load_sequences_of(path):
 
 
 def _load_sequences(data_dir):
-    seqs = []
-    for path in sorted(glob.glob(os.path.join(data_dir, "batch*.pt"))):
-        seqs += _load_sequences_of(path)
-    return seqs
+    paths = sorted(glob.glob(os.path.join(data_dir, "batch*.pt")))
+    return [seq for path in paths for seq in _load_sequences_of(path)]
 
 
 def _windows(seqs, depth):
@@ -364,15 +362,21 @@ def unrolled_loss(draft, f_all, nxt, logp, starts, depth, decay=0.9):
     f, loss, alphas = f_all[starts], 0.0, []
     for d in range(depth):
         h, logits = draft(f, nxt[starts + d])
-        lp = logp[starts + d + 1].float()
-        p, lq = lp.exp(), F.log_softmax(logits, -1)
-        alpha = torch.minimum(p, lq.exp()).sum(-1)
-        kl = (p * (lp - lq)).sum(-1)
-        feat = F.smooth_l1_loss(h, f_all[starts + d + 1])
-        loss = loss + decay**d * ((1 - alpha).mean() + kl.mean() + 0.1 * feat)
-        alphas.append(alpha.mean().item())
+        term, alpha = depth_loss(h, logits, logp[starts + d + 1].float(), f_all[starts + d + 1])
+        loss = loss + decay**d * term
+        alphas.append(alpha)
         f = h
     return loss, alphas
+
+
+def depth_loss(h, logits, lp, f_next):
+    """One depth's loss, mean ``(1 - alpha) + KL(p || q)`` plus ``0.1 *`` a smooth-L1 pull of
+    the guessed feature ``h`` toward ``f_next``, and mean ``alpha = sum(min(p, q))``."""
+    p, lq = lp.exp(), F.log_softmax(logits, -1)
+    alpha = torch.minimum(p, lq.exp()).sum(-1)
+    kl = (p * (lp - lq)).sum(-1)
+    pull = F.smooth_l1_loss(h, f_next)
+    return (1 - alpha).mean() + kl.mean() + 0.1 * pull, alpha.mean().item()
 
 
 def train(
