@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from ..devices import native_cpu_kernels
-from .records import load_record, save_record
+from .records import load_record, save_figure, save_record
 from .speedup import validation_prompts
 from .speedup_record import best_row, load_speedup_results
 
@@ -413,17 +413,8 @@ def plot_hf(record: dict):
 def save_hf_results(record: dict, command: str = COMMAND, out: str | Path | None = None):
     """Write ``hf_cpu.json`` (with the command, machine and date) and ``hf_cpu.png`` to
     ``out`` (default data/results/). Returns the two paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     path = save_record(RESULTS_FILE, command, record, out)
-    png = path.with_suffix(".png")
-    fig = plot_hf(record)
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    return [path, png]
+    return [path, save_figure(lambda: plot_hf(record), path.with_suffix(".png"))]
 
 
 def load_hf_results(directory: str | Path | None = None) -> dict:

@@ -288,13 +288,6 @@ def save_llm_plot(record: dict, json_path) -> str:
     """Draw :func:`plot_llm` to ``json_path`` with the suffix ``.png``; returns that path."""
     from pathlib import Path
 
-    import matplotlib
+    from .records import save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    png = Path(json_path).with_suffix(".png")
-    fig = plot_llm(record)
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    return str(png)
+    return str(save_figure(lambda: plot_llm(record), Path(json_path).with_suffix(".png")))

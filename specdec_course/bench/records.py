@@ -18,7 +18,15 @@ import torch
 
 from ..paths import results_dir
 
-__all__ = ["slug", "machine_name", "record_stem", "newest_record", "save_record", "load_record"]
+__all__ = [
+    "slug",
+    "machine_name",
+    "record_stem",
+    "newest_record",
+    "save_record",
+    "load_record",
+    "save_figure",
+]
 
 
 def slug(name: str) -> str:
@@ -61,6 +69,21 @@ def save_record(file_name: str, command: str, record: dict, out: str | Path | No
     }
     path.write_text(json.dumps(payload, indent=1))
     return path
+
+
+def save_figure(draw, path, **savefig) -> Path:
+    """Save the figure ``draw()`` returns to ``path`` (``savefig``'s options; 100 dpi unless
+    they say otherwise) and close it. Drawn with matplotlib's Agg backend, selected first, so
+    that a command writes its PNG on a machine without a display. Returns ``Path(path)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = draw()
+    fig.savefig(path, **{"dpi": 100, **savefig})
+    plt.close(fig)
+    return Path(path)
 
 
 def load_record(file_name: str, command: str, directory: str | Path | None = None) -> dict:

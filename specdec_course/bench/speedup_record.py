@@ -43,12 +43,7 @@ def save_speedup_results(
     """
     import platform
 
-    import matplotlib
-
-    from .records import machine_name, record_stem
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .records import machine_name, record_stem, save_figure
 
     out_dir = Path(out) if out else results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -77,11 +72,7 @@ def save_speedup_results(
     path.write_text(json.dumps(payload, indent=1))
     if not any(r["methods"] for r in results):  # Medusa alone: no draft's split to plot
         return [path]
-    png = out_dir / f"{name}.png"
-    fig = plot_time_split(results)
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    return [path, png]
+    return [path, save_figure(lambda: plot_time_split(results), out_dir / f"{name}.png")]
 
 
 def best_row(result: dict, method: str) -> dict:

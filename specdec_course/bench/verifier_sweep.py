@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from .records import newest_record, record_stem
+from .records import newest_record, record_stem, save_figure
 
 __all__ = [
     "VerifierCase",
@@ -281,11 +281,6 @@ def save_verifier_results(
     cases: list[VerifierCase], meta: dict, out_dir: str | Path | None = None
 ) -> dict[str, Path]:
     """Write ``verifier-<gpu>-<date>.{json,csv,png}`` to ``out_dir`` (default data/results)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     stem = record_stem("verifier", meta["gpu"], out_dir, meta["date"])
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -299,9 +294,9 @@ def save_verifier_results(
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    fig = plot_verifier_results(cases, meta)
-    fig.savefig(paths["png"], dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(
+        lambda: plot_verifier_results(cases, meta), paths["png"], dpi=120, bbox_inches="tight"
+    )
     return paths
 
 
