@@ -12,7 +12,15 @@ from ..fast import FoldedCache, steps_for
 from ..model import CharGPT, KVCache, check_model
 from ..sampling import SamplingOptions, exp_noise
 
-__all__ = ["check_prompt", "check_executor", "generate", "caches_consistent", "gumbel"]
+__all__ = [
+    "check_prompt",
+    "check_executor",
+    "check_stop_ids",
+    "first_stop",
+    "generate",
+    "caches_consistent",
+    "gumbel",
+]
 
 
 # ------------------------------------------------------------------------------ input checks
@@ -43,6 +51,31 @@ def check_prompt(model: CharGPT, prompt_ids, max_new_tokens: int, name="model") 
     return ids.to(torch.long)
 
 
+def check_stop_ids(stop_ids, vocab_size: int) -> frozenset | None:
+    """``stop_ids`` (ids that end a generation, e.g. a chat model's end of turn) as a set, or
+    None for None; ValueError unless each is an int id of the vocabulary."""
+    if stop_ids is None:
+        return None
+    if isinstance(stop_ids, (str, bytes)) or not hasattr(stop_ids, "__iter__"):
+        raise ValueError(f"stop_ids must be a collection of token ids; got {stop_ids!r}")
+    ids = list(stop_ids)
+    for i, t in enumerate(ids):
+        check_int(t, f"stop_ids[{i}]", minimum=0)
+        if t >= vocab_size:
+            raise ValueError(f"stop_ids[{i}] = {t} is outside the vocabulary of {vocab_size}")
+    return frozenset(int(t) for t in ids)
+
+
+def first_stop(seq, start: int, end: int, stop: frozenset | None) -> int | None:
+    """The length that keeps ``seq[:j + 1]``, where ``seq[j]`` is the first id of
+    ``seq[start:end]`` in ``stop``; None when there is none (or ``stop`` is None)."""
+    if stop:
+        for j in range(start, end):
+            if int(seq[j]) in stop:
+                return j + 1
+    return None
+
+
 def gumbel(exp_draws: torch.Tensor) -> torch.Tensor:
     """Gumbel(0, 1) noise from Exp(1) draws: ``-log(E)`` (finite: the draws are > 0)."""
     return exp_draws.log().neg_()
@@ -64,6 +97,7 @@ def generate(
     generator: torch.Generator | None = None,
     cuda_graphs: bool = False,
     executor: str = "torch",
+    stop_ids=None,
 ) -> torch.Tensor:
     """Plain autoregressive decoding with the KV cache: one model call per new token.
 
@@ -78,13 +112,15 @@ def generate(
     GPU); ``executor="numpy"`` runs each step in NumPy (``fast.numpy_steps``; a CPU model of
     dtype float32 or float64), as ``bench speedup --target-executor numpy`` times both arms.
     Returns the 1-D
-    sequence ``prompt + max_new_tokens`` new ids on the model's device. Raises ValueError
-    for an empty or out-of-vocabulary prompt, bad options, a total length beyond the
-    model's block size, or ``cuda_graphs`` with a model that is not on a CUDA GPU.
+    sequence ``prompt + max_new_tokens`` new ids on the model's device; with ``stop_ids``
+    (e.g. a chat model's end-of-turn ids) it ends at the first of them, which it keeps.
+    Raises ValueError for an empty or out-of-vocabulary prompt, bad options, a total length
+    beyond the model's block size, or ``cuda_graphs`` with a model that is not on a CUDA GPU.
     """
     ids = check_prompt(model, prompt_ids, max_new_tokens)
     smp = SamplingOptions(temperature, top_k, top_p)
     check_generator(generator)
+    stop = check_stop_ids(stop_ids, model.config.vocab_size)
     dev = model.lm_head.weight.device
     n0 = ids.numel()
     end = n0 + max_new_tokens
@@ -107,6 +143,8 @@ def generate(
             torch.argmax(logits, dim=-1, out=slot)
         else:
             torch.argmax(smp.logits(logits) + noise[i - n0], dim=-1, out=slot)
+        if stop and int(slot) in stop:
+            return out[: i + 1]
         if i + 1 < end:
             logits = steps(slot[None])
     return out

@@ -41,7 +41,7 @@ from ..model import CharGPT
 from ..sampling import SamplingOptions
 from ..verifier import rejection_sample_row
 from .dynamic import FixedK, check_policy
-from .plain import check_executor, check_prompt
+from .plain import check_executor, check_prompt, check_stop_ids, first_stop
 from .recorder import Recorder
 from .row_verifier import row_verifier
 from .scoring import target_scorer
@@ -69,6 +69,7 @@ def speculative_generate(
     k_policy=None,
     verify: str = "token",
     executor: str = "torch",
+    stop_ids=None,
 ) -> tuple[torch.Tensor, SpecStats]:
     """Speculative decoding: the draft proposes ``k`` tokens, the target verifies them at once.
 
@@ -87,7 +88,9 @@ def speculative_generate(
     cache, ``None`` for other proposers).
     ``cuda_graphs=True`` replays the target's steps and the draft model's as CUDA graphs
     (``fast.graphs``; the models must be on a CUDA GPU); ``executor="numpy"`` runs the
-    target's steps in NumPy, as ``generate(..., executor="numpy")`` does.
+    target's steps in NumPy, as ``generate(..., executor="numpy")`` does. ``stop_ids``
+    ends the output at the first of those ids committed, as ``generate`` does (the same
+    law: what follows a stop is never looked at); ``SpecStats.emitted`` counts what is kept.
 
     ``k_policy`` (``decoding.dynamic``: ``HeuristicK``, ``ControllerK``, ...) picks each
     iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
@@ -117,8 +120,9 @@ def speculative_generate(
         target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_policy, cuda_graphs
     )
     smp = SamplingOptions(temperature, top_k, top_p)
+    stop = check_stop_ids(stop_ids, target.config.vocab_size)
     dev = target.lm_head.weight.device
-    n = ids.numel()
+    n = n0 = ids.numel()
     end = n + max_new_tokens
     out = torch.empty(end, dtype=torch.long, device=dev)
     out[:n] = ids
@@ -161,8 +165,11 @@ def speculative_generate(
         proposer.commit(out, n)
         # --- 5. record: the policy and the recorder see the outcome
         policy.update(kk, a)
+        cut = first_stop(seq, n - a - 1, n, stop)  # an end of turn among them ends the output
+        if cut is not None:
+            n = end = cut
         rec.record(kk, a, out, n, scorer.cache, proposer)
-    return out, rec.finish(max_new_tokens)
+    return out[:n], rec.finish(n - n0)
 
 
 def _checked(target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_policy, graphs):
