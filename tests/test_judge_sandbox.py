@@ -436,15 +436,18 @@ def test_weak_as_root_runs_kernels_under_their_own_uid(monkeypatch, tmp_path):
     assert forks.flags == classmate.flags == []
 
 
-def test_without_bubblewrap_a_root_grader_refuses_or_leaves_root(monkeypatch):
+def test_without_bubblewrap_weak_is_refused_too(monkeypatch):
+    # (weak gives up the cgroup, never the sandbox: only --sandbox off grades without one.)
     monkeypatch.setattr(sandbox.CGroup, "available", classmethod(lambda cls: None))
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    try:
-        plan = sandbox.plan("weak")
-    except RuntimeError as e:  # an interpreter only root can read (a pyenv under /root, say)
-        assert os.geteuid() == 0 and "grade as a user other than root" in str(e)
-        return
-    assert plan.mode == "none" and plan.own_uid == (os.geteuid() == 0)
+    plan = sandbox.plan("weak")
+    assert plan.mode == "none" and "not installed" in plan.why
+    with pytest.raises(sandbox.NoSandbox, match="apt-get install bubblewrap"):
+        sandbox.refuse_unsandboxed(plan, "weak")
+    for mode in ("auto", "require"):
+        with pytest.raises(sandbox.NoSandbox, match="no cgroup can be created") as e:
+            sandbox.plan(mode)
+        assert "--sandbox off" in str(e.value) and "--sandbox weak" in str(e.value)
 
 
 def test_a_kernel_that_is_not_triton_is_refused_before_it_runs(run):

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
+
+# The exit status when no sandbox runs here (``--sandbox off`` grades anyway); it is
+# ``sandbox.NO_SANDBOX_EXIT``, written here too so that --help imports no grader module.
+NO_SANDBOX_EXIT = 3
 
 
 def add_parser(sub) -> None:
@@ -15,7 +20,16 @@ def add_parser(sub) -> None:
         "(bubblewrap), and the checks are judged outside it. Writes the gradebook (one row "
         "per submission), a per-check CSV beside it and, with --junit, JUnit XML. By "
         "default a pool of local workers grades; --scheduler sends one task per submission "
-        "to a Dask cluster instead.",
+        "to a Dask cluster instead.\n\n"
+        "No sandbox, no grading: where bubblewrap (or, for auto, a cgroup) cannot run, grade "
+        "refuses before it runs any notebook, says what is missing and how to install it "
+        f"(apt-get install bubblewrap), and exits with status {NO_SANDBOX_EXIT}; --sandbox "
+        "off grades notebooks you trust without one, and the gradebook's sandbox column says "
+        "so.\n\n"
+        "Each row is on disk as soon as its submission is graded (OUT, OUT's per-check CSV, "
+        "and a journal OUT.journal); if the grader is killed, the same command run again "
+        "grades only what is missing, with the same seed, and removes the journal when the "
+        "gradebook is complete.",
     )
     p.add_argument("submissions", nargs="+", help="notebooks, or folders searched for them")
     p.add_argument(
@@ -67,9 +81,10 @@ def add_parser(sub) -> None:
         "--sandbox",
         choices=("auto", "require", "weak", "off"),
         default="auto",
-        help="bubblewrap sandbox per submission: auto (use it if it runs, else warn), "
-        "require (fail without it), weak (as auto, and grade even where no cgroup caps a "
-        "submission's processes together; auto and require refuse to), off",
+        help="bubblewrap sandbox per submission: auto (bubblewrap and a cgroup per submission, "
+        f"else refuse with exit status {NO_SANDBOX_EXIT}), require (the same), weak "
+        "(bubblewrap, even where no cgroup caps a submission's processes together), off (no "
+        "sandbox: only for notebooks you trust; the gradebook says so)",
     )
     p.set_defaults(run=run)
 
@@ -94,9 +109,13 @@ def run(args) -> int:
             sandbox_mode=args.sandbox,
             scheduler=args.scheduler,
             solutions=args.solutions,
+            journal=out,
         )
-    except RuntimeError as e:  # --sandbox require and no bubblewrap; an unreachable cluster
-        raise ValueError(str(e) if args.scheduler else f"no sandbox: {e}") from e
+    except batch.NoSandbox as e:
+        print(f"specdec-course grade: {e}", file=sys.stderr)
+        return NO_SANDBOX_EXIT
+    except RuntimeError as e:  # an unreachable cluster
+        raise ValueError(str(e)) from e
     wall = time.monotonic() - t0
     where = (
         f"Dask: {args.scheduler}"
@@ -107,13 +126,16 @@ def run(args) -> int:
     batch.write_checks_csv(results, batch.checks_csv_path(out))
     if args.junit:
         batch.write_junit(results, args.junit)
+    results.journal.remove()  # the gradebook is complete
     print(batch.format_summary(results, results.warnings))
     total = sum(r.points for r in results)
     full = sum(r.points == r.max_points and r.max_points > 0 for r in results)
     print(
         f"\n{len(results)} submissions graded in {wall:.1f} s "
         f"({where}); {full} with full points; "
-        f"{total:g} points in all; cases drawn with --seed {results.seed}. "
+        f"{total:g} points in all; cases drawn with --seed {results.seed}"
+        + (f"; {results.resumed} rows resumed from an interrupted run" if results.resumed else "")
+        + ". "
         f"CSV: {out} (per check: {batch.checks_csv_path(out)})"
         + (f", JUnit: {args.junit}" if args.junit else "")
     )

@@ -24,8 +24,11 @@ How it works (:mod:`.runner`, :mod:`.worker`, :mod:`.judge`):
 - functions that only forward to the course package's reference are flagged
   (:mod:`.copying`, best effort) and score 0 for that check.
 
-:mod:`.reports` writes the CSVs, JUnit XML and the summary, escaping whatever a submission
-could put there, each file atomically. :mod:`.jobs` holds the records passed between
+No working sandbox, no grading: :class:`NoSandbox` before any notebook runs, unless the
+instructor passes ``--sandbox off`` (the gradebook then says so). :mod:`.reports` writes the
+CSVs, JUnit XML and the summary, escaping whatever a submission could put there, each file
+atomically; :mod:`.journal` puts each row on disk as soon as it is graded, and resumes an
+interrupted run. :mod:`.jobs` holds the records passed between
 processes.
 """
 
@@ -40,9 +43,12 @@ from .reports import (  # noqa: F401 - the CSV columns were module constants her
     write_junit,
 )
 from .runner import GradeRun, collect, exercise_of, grade
+from .sandbox import NO_SANDBOX_EXIT, NoSandbox
 
 __all__ = [
     "GradeRun",
+    "NO_SANDBOX_EXIT",
+    "NoSandbox",
     "Submission",
     "SubmissionResult",
     "collect",

@@ -79,10 +79,13 @@ def worker_ready(sandbox_mode: str) -> dict[str, Any]:
     """Run on every Dask worker before grading: its package version and sandbox warnings,
     or the error that stops it from grading (a required sandbox that cannot run)."""
     try:
-        warnings = _plan(sandbox_mode).warnings
+        plan = _plan(sandbox_mode)
+        sandbox.refuse_unsandboxed(plan, sandbox_mode)
+    except sandbox.NoSandbox as e:
+        return {"version": __version__, "error": "; ".join(e.missing), "warnings": [], "no": 1}
     except RuntimeError as e:
         return {"version": __version__, "error": str(e), "warnings": []}
-    return {"version": __version__, "error": "", "warnings": list(warnings)}
+    return {"version": __version__, "error": "", "warnings": list(plan.warnings)}
 
 
 def _publisher(topic: str | None, file: str) -> Callable[[dict[str, CheckResult]], None]:
@@ -121,6 +124,7 @@ def grade_task(
     global _before
     job = Job.from_dict(job_dict)
     plan = _plan(sandbox_mode)
+    sandbox.refuse_unsandboxed(plan, sandbox_mode)  # (a worker that joined after the check)
     key = threading.get_ident()
     with _state_lock:
         if _before is None:
@@ -181,12 +185,15 @@ def run_on_dask(
     scheduler: str,
     sandbox_mode: str,
     finish: Callable[[int, SubmissionResult], None],
+    ready: Callable[[], None] | None = None,
 ) -> list[str]:
-    """Grade ``jobs[i]`` for every ``i`` in ``queue`` as Dask tasks; call ``finish(i, result)``
-    as each one ends. Returns the workers' sandbox warnings (each once).
+    """Grade ``jobs[i]`` for every ``i`` in ``queue`` as Dask tasks; call ``ready()`` once
+    every worker can grade, before any task, and ``finish(i, result)`` as each one ends.
+    Returns the workers' sandbox warnings (each once).
 
-    Raises ``RuntimeError`` when the cluster cannot be reached or has no worker, a worker
-    runs another version of the package, or a required sandbox cannot run on one.
+    Raises ``RuntimeError`` when the cluster cannot be reached or has no worker, or a worker
+    runs another version of the package; :class:`.sandbox.NoSandbox` when the sandbox
+    cannot run on one.
     """
     from dask.distributed import as_completed
 
@@ -201,9 +208,13 @@ def run_on_dask(
                     f"Dask worker {address} runs specdec-course {info['version']}, this client "
                     f"{__version__}: install the same version on every worker"
                 )
+            if info["error"] and info.get("no"):
+                raise sandbox.NoSandbox([f"on Dask worker {address}: {info['error']}"])
             if info["error"]:
                 raise RuntimeError(f"on Dask worker {address}: {info['error']}")
             warnings += [w for w in info["warnings"] if w not in warnings]
+        if ready is not None:
+            ready()
         futures, run = {}, secrets.token_hex(8)
         for i in queue:
             # pure=False: two identical notebooks are two submissions, graded twice.

@@ -6,7 +6,10 @@ codes, no fake rows, always valid XML), and in the CSVs a field that a spreadshe
 read as a formula (``=``, ``+``, ``-``, ``@``, their full-width and small forms, after any
 leading whitespace a spreadsheet trims, Unicode spaces included) gets a leading apostrophe.
 Each file is written to a temporary file beside it and renamed into place, so a reader never
-sees half of one.
+sees half of one; while a run grades, :mod:`.journal` appends each submission's rows
+(:func:`gradebook_row`, :func:`check_rows`) as soon as it is graded. The gradebook's
+``sandbox`` column and each JUnit suite's ``sandbox`` property say what the rows were graded
+in: a gradebook made without a sandbox (``--sandbox off``) says so wherever it is read.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from pathlib import Path
 from .jobs import SubmissionResult
 
 __all__ = [
+    "check_rows",
     "checks_csv_path",
+    "gradebook_row",
     "escape",
     "format_summary",
     "write_checks_csv",
@@ -34,7 +39,7 @@ __all__ = [
 
 CSV_FIELDS = [
     *("file", "exercise", "points", "max_points", "status", "message", "notes", "flags"),
-    *("time_limited", "seed"),
+    *("time_limited", "seed", "sandbox"),
 ]
 CHECK_CSV_FIELDS = ["file", "exercise", "check", "points", "max_points", "status", "message"]
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -100,36 +105,44 @@ def _atomic_write(path: str | os.PathLike, write: Callable[[io.TextIOBase], None
         raise
 
 
-def write_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
+def gradebook_row(r: SubmissionResult, sandbox: str = "") -> list[str]:
+    """The gradebook's row of ``r`` (:data:`CSV_FIELDS`), graded in ``sandbox``."""
+    return [
+        _cell(r.file),
+        _cell(r.exercise or ""),
+        f"{r.points:g}",
+        f"{r.max_points:g}",
+        _cell(r.status),
+        _cell(r.first_problem),
+        _cell("; ".join(r.notes) if r.checks else ""),
+        _cell("; ".join(r.flags)),
+        _cell("; ".join(r.time_limited)),
+        "" if r.seed is None else str(r.seed),
+        _cell(sandbox),
+    ]
+
+
+def write_csv(
+    results: list[SubmissionResult], path: str | os.PathLike, sandbox: str | None = None
+) -> None:
     """The gradebook: one row per submission and exercise.
 
     Columns: file, exercise, points, max_points, status ("passed" or the first non-passing
     check's status), message (the first problem, prefixed by its check id), notes (what
     happened to the notebook's cells), flags (copy detection, for the instructor),
     time_limited (each check decided by a time limit: it timed out, was re-run alone, and
-    what the re-run gave) and seed
-    (of the run's cases: ``--seed`` reproduces them). A notebook whose exercise is unknown
+    what the re-run gave), seed (of the run's cases: ``--seed`` reproduces them) and sandbox
+    (what the kernels ran in: "bubblewrap", or a warning that there was none; ``sandbox``,
+    by default the run's own, ``results.sandbox``). A notebook whose exercise is unknown
     gets status "unknown exercise".
     """
+    where = getattr(results, "sandbox", "") if sandbox is None else sandbox
 
     def write(f):
         w = csv.writer(f)
         w.writerow(CSV_FIELDS)
         for r in results:
-            w.writerow(
-                [
-                    _cell(r.file),
-                    _cell(r.exercise or ""),
-                    f"{r.points:g}",
-                    f"{r.max_points:g}",
-                    _cell(r.status),
-                    _cell(r.first_problem),
-                    _cell("; ".join(r.notes) if r.checks else ""),
-                    _cell("; ".join(r.flags)),
-                    _cell("; ".join(r.time_limited)),
-                    "" if r.seed is None else str(r.seed),
-                ]
-            )
+            w.writerow(gradebook_row(r, where))
 
     _atomic_write(path, write)
 
@@ -138,6 +151,24 @@ def checks_csv_path(path: str | os.PathLike) -> Path:
     """Where the per-check CSV goes: ``grades.csv`` -> ``grades.checks.csv``."""
     p = Path(path)
     return p.with_name(p.stem + ".checks" + (p.suffix or ".csv"))
+
+
+def check_rows(r: SubmissionResult) -> list[list]:
+    """The per-check rows of ``r`` (:data:`CHECK_CSV_FIELDS`)."""
+    if not r.checks:
+        return [[_cell(r.file), "", "", 0, 0, "unknown exercise", _cell(r.first_problem)]]
+    return [
+        [
+            _cell(r.file),
+            _cell(r.exercise),
+            _cell(c.id),
+            f"{c.points:g}",
+            f"{c.max_points:g}",
+            _cell(c.status),
+            "" if c.status == "passed" else _cell(c.message),
+        ]
+        for c in r.checks
+    ]
 
 
 def write_checks_csv(results: list[SubmissionResult], path: str | os.PathLike) -> None:
@@ -149,28 +180,15 @@ def write_checks_csv(results: list[SubmissionResult], path: str | os.PathLike) -
         w = csv.writer(f)
         w.writerow(CHECK_CSV_FIELDS)
         for r in results:
-            if not r.checks:
-                w.writerow(
-                    [_cell(r.file), "", "", 0, 0, "unknown exercise", _cell(r.first_problem)]
-                )
-            for c in r.checks:
-                w.writerow(
-                    [
-                        _cell(r.file),
-                        _cell(r.exercise),
-                        _cell(c.id),
-                        f"{c.points:g}",
-                        f"{c.max_points:g}",
-                        _cell(c.status),
-                        "" if c.status == "passed" else _cell(c.message),
-                    ]
-                )
+            w.writerows(check_rows(r))
 
     _atomic_write(path, write)
 
 
 def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> None:
-    """JUnit XML: one test suite per submission, one test case per check."""
+    """JUnit XML: one test suite per submission, one test case per check; each suite's
+    ``sandbox`` property says what its kernels ran in (``results.sandbox``)."""
+    where = getattr(results, "sandbox", "")
     root = ET.Element("testsuites", name="specdec-course grade")
     for r in results:
         file = escape(r.file)
@@ -185,6 +203,9 @@ def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> Non
             ),
             time=f"{r.seconds:.3f}",
         )
+        if where:
+            props = ET.SubElement(suite, "properties")
+            ET.SubElement(props, "property", name="sandbox", value=escape(where))
         if not r.checks:
             tc = ET.SubElement(suite, "testcase", classname=file, name="exercise")
             ET.SubElement(tc, "error", message=escape(r.first_problem))

@@ -29,6 +29,7 @@ from .cluster import check_scheduler, run_on_dask
 from .core import checks_for, exercises
 from .discovery import collect, disagreement, exercise_of
 from .jobs import Job, SubmissionResult
+from .journal import Journal, submission_key
 from .reports import escape
 from .worker import Judge, orphans
 
@@ -36,11 +37,16 @@ __all__ = ["GradeRun", "collect", "exercise_of", "grade"]
 
 
 class GradeRun(list):
-    """The results of :func:`grade` (a list, in the order found), with the run's ``seed``
-    and ``warnings`` (no sandbox here, say), for the reports."""
+    """The results of :func:`grade` (a list, in the order found), with the run's ``seed``,
+    ``warnings`` (no cgroup here, say), ``sandbox`` (what the kernels ran in, as the
+    gradebook says it), ``resumed`` (how many rows came from an interrupted run's journal)
+    and ``journal`` (:class:`.journal.Journal`, or ``None``), for the reports."""
 
     seed: int | None = None
     warnings: list[str]
+    sandbox: str = ""
+    resumed: int = 0
+    journal: Journal | None = None
 
 
 def _check_args(workers, cell_timeout, notebook_timeout, memory_mb, seed) -> None:
@@ -72,6 +78,7 @@ def grade(
     sandbox_mode: str = "auto",
     scheduler: str | None = None,
     solutions: list[str | os.PathLike] | None = None,
+    journal: str | os.PathLike | None = None,
 ) -> GradeRun:
     """Grade every notebook in ``paths`` (files or folders); results in the order found.
 
@@ -89,12 +96,14 @@ def grade(
     then ignored. ``solutions``: folders of the course's solutions; a hard link to one of
     their files is not graded, and a near-copy of one of their notebooks is flagged
     (default: the course's own ``solutions/``, for hard links only). Submissions are never
-    modified.
+    modified. ``journal``: the gradebook's path; each row is then on disk as soon as it is
+    graded, and a run with the same options resumes an interrupted one (:mod:`.journal`).
 
     Raises ``FileNotFoundError`` for a missing path, ``ValueError`` for no notebooks, an
-    unknown ``exercise``, bad limits or a bad ``scheduler``, ``RuntimeError`` when a required
-    sandbox cannot run (here, or on a Dask worker) or the cluster cannot be reached.
-    Nothing a submission does raises.
+    unknown ``exercise``, bad limits, a bad ``scheduler`` or a journal of a run with other
+    options, :class:`.sandbox.NoSandbox` (a ``RuntimeError``) before any notebook runs when
+    no sandbox runs here or on a Dask worker (unless ``sandbox_mode`` is ``"off"``),
+    ``RuntimeError`` when the cluster cannot be reached. Nothing a submission does raises.
     """
     _check_args(workers, cell_timeout, notebook_timeout, memory_mb, seed)
     if sandbox_mode not in sandbox.MODES:
@@ -114,12 +123,37 @@ def grade(
             s.flags.append(why)
     if scheduler is not None:
         check_scheduler(scheduler)
+    the_plan = None
+    if scheduler is None:  # (a Dask worker makes its own, and refuses the same way)
+        the_plan = sandbox.plan(sandbox_mode)
+        sandbox.refuse_unsandboxed(the_plan, sandbox_mode)
+    log = None
+    if journal is not None:
+        options = {
+            "exercise": exercise, "cell_timeout": cell_timeout,
+            "notebook_timeout": notebook_timeout, "memory_mb": memory_mb,
+            "sandbox": sandbox_mode, "scheduler": scheduler,
+            "solutions": None if solutions is None else [str(p) for p in solutions],
+            "submissions": sorted(submission_key(s) for s in subs),
+        }  # fmt: skip
+        log = Journal(journal, options, seed)
+        seed = log.seed
     # 63 random bits: no case seed leads back to it (a 31-bit seed was found offline in
     # under a second from one case); the gradebook records it, and --seed replays a run.
     run_seed = secrets.randbits(63) if seed is None else int(seed)
+    if log is not None:
+        log.seed = run_seed
 
     results: dict[int, SubmissionResult] = {}
+    keys = [submission_key(s) for s in subs]
+    resumed = {i for i, k in enumerate(keys) if log is not None and k in log.done}
+    for i in resumed:
+        results[i] = log.done[keys[i]]
+    fresh: set[int] = set()  # rows made here without grading, on disk once the run begins
     for i, s in enumerate(subs):
+        if i in resumed:
+            continue
+        fresh.add(i)
         if s.problem:
             ex = exercise or exercise_of(s)[0]
             checks = checks_for(ex) if ex else []
@@ -131,6 +165,8 @@ def grade(
             results[i] = res
         elif s.exercise is None:
             results[i] = SubmissionResult(s.display, None, notes=[s.why_unknown], seed=run_seed)
+        else:
+            fresh.discard(i)
     queue = [i for i in range(len(subs)) if i not in results]
     jobs = {
         i: Job.for_submission(
@@ -143,12 +179,27 @@ def grade(
         for i in queue
     }
 
-    for i, res in results.items():
-        res.flags = list(subs[i].flags) + res.flags
+    for i in fresh:
+        results[i].flags = list(subs[i].flags) + results[i].flags
+
+    def begin(where: str) -> None:  # the sandbox runs: the files start, and resumed rows
+        if log is not None:
+            log.begin(where, [results[i] for i in sorted(resumed)])
+            for i in sorted(fresh):
+                log.record(keys[i], results[i])
+        if progress and resumed:
+            print(
+                f"resuming an interrupted run (journal {log.path}): {len(resumed)} of "
+                f"{len(subs)} submissions graded already, seed {run_seed}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def finish(i: int, res: SubmissionResult) -> None:
         res.flags = list(subs[i].flags) + [f for f in res.flags if f not in subs[i].flags]
         results[i] = res
+        if log is not None and not res.timed_out():  # (the others after their re-run)
+            log.record(keys[i], res)
         if progress:
             print(
                 f"[{len(results)}/{len(subs)}] {escape(res.file)}: {res.points:g}/"
@@ -158,11 +209,14 @@ def grade(
             )
 
     if scheduler is None:
-        the_plan = sandbox.plan(sandbox_mode)
+        where = the_plan.describe()
+        begin(where)
         _run_pool(queue, jobs, workers, the_plan, finish)
         warnings = list(the_plan.warnings)
     else:
-        warnings = run_on_dask(queue, jobs, scheduler, sandbox_mode, finish)
+        kind = "none" if sandbox_mode == "off" else "bwrap"
+        where = sandbox.Plan(kind, cgroup=sandbox_mode != "weak").describe()
+        warnings = run_on_dask(queue, jobs, scheduler, sandbox_mode, finish, lambda: begin(where))
 
     # A check that ran out of time is graded again, alone (nothing else grading beside it),
     # before it is scored: a busy machine costs no one points. Both runs are in the
@@ -171,6 +225,8 @@ def grade(
 
     def rerun_done(i: int, res: SubmissionResult) -> None:
         results[i].merge_rerun(res)
+        if log is not None:
+            log.record(keys[i], results[i])
         if progress:
             print(
                 f"[re-run alone] {escape(res.file)}: {results[i].points:g}/"
@@ -187,6 +243,7 @@ def grade(
     out = GradeRun(results[i] for i in range(len(subs)))
     out.seed = run_seed
     out.warnings = warnings
+    out.sandbox, out.resumed, out.journal = where, len(resumed), log
     return out
 
 

@@ -12,9 +12,10 @@ Without a cgroup (``weak``) a root grader runs each kernel under a uid of its ow
 RLIMIT_NPROC binds. While an exercise is graded, the edition's own versions of what it asks
 for are stubs (:mod:`.withheld`).
 
-Where bubblewrap cannot run, the kernel runs as a plain process in its own session and a
-private temporary folder, under the same limits (and the cgroup if any); :func:`plan` says so
-in its warnings, and the grader prints them. Cleanup then kills the process group, every
+No working sandbox, no grading (:class:`NoSandbox`, :func:`refuse_unsandboxed`): only
+``--sandbox off``, the instructor's explicit choice for notebooks they trust, runs a kernel
+as a plain process in its own session and a private temporary folder, under the same limits
+(and the cgroup if any); the gradebook then says so. Cleanup kills the process group, every
 process left below the judge (it is a child subreaper) and everything in the cgroup
 (:mod:`.processes`: the started kernel's record, which stops it).
 """
@@ -40,11 +41,14 @@ from .processes import Started, descendants, remove_cgroups, set_subreaper
 
 __all__ = [
     "CGroup",
+    "NO_SANDBOX_EXIT",
+    "NoSandbox",
     "Plan",
     "Started",
     "descendants",
     "kill_pids",
     "plan",
+    "refuse_unsandboxed",
     "remove_cgroups",
     "set_subreaper",
     "start",
@@ -75,6 +79,13 @@ class Plan:
     cgroup: bool = False  # a cgroup per kernel can be created here
     warnings: list[str] = field(default_factory=list)
     own_uid: bool = False  # each kernel leaves root for a uid of its own (:func:`kernel_uid`)
+    why: str = ""  # why bubblewrap does not run here ("" where it does)
+
+    def describe(self) -> str:
+        """What the gradebook says of the sandbox its rows were graded in."""
+        if self.mode == "bwrap":
+            return "bubblewrap" + ("" if self.cgroup else " (no cgroup: per-process caps)")
+        return "NONE: graded without a sandbox (--sandbox off), for trusted notebooks only"
 
     def to_dict(self) -> dict:
         return {
@@ -84,6 +95,7 @@ class Plan:
             "cgroup": self.cgroup,
             "warnings": list(self.warnings),
             "own_uid": self.own_uid,
+            "why": self.why,
         }
 
     @classmethod
@@ -95,6 +107,7 @@ class Plan:
             bool(d["cgroup"]),
             d["warnings"],
             bool(d.get("own_uid", False)),
+            str(d.get("why", "")),
         )
 
 
@@ -255,6 +268,41 @@ def _bwrap_options(variant: int) -> list[str]:
 
 MODES = ("auto", "require", "weak", "off")
 
+# The exit status of ``specdec-course grade`` when it refuses to grade without a sandbox.
+NO_SANDBOX_EXIT = 3
+INSTALL_BWRAP = (
+    "Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap"
+)
+
+
+class NoSandbox(RuntimeError):
+    """No working sandbox here, so nothing is graded: the message says what is missing, how
+    to install it, and that ``--sandbox off`` grades notebooks the instructor trusts."""
+
+    def __init__(self, missing: list[str], hint: str = ""):
+        self.missing = list(missing)
+        bwrap = any("bubblewrap" in m for m in self.missing)
+        super().__init__(
+            "no sandbox, so no notebook was run. Missing: "
+            + "; ".join(self.missing)
+            + ". "
+            + (
+                f"Install bubblewrap ({INSTALL_BWRAP}) and run the same command again. "
+                if bwrap
+                else ""
+            )
+            + (f"{hint[0].upper()}{hint[1:]}. " if hint else "")
+            + "For notebooks you trust (your own solutions, say), --sandbox off grades without "
+            f"a sandbox, and the gradebook says so. (exit status {NO_SANDBOX_EXIT})"
+        )
+
+
+def refuse_unsandboxed(the_plan: Plan, mode: str) -> None:
+    """Raise :class:`NoSandbox` unless ``the_plan`` runs kernels in bubblewrap or ``mode``
+    is ``"off"`` (the instructor asked for no sandbox)."""
+    if mode != "off" and the_plan.mode != "bwrap":
+        raise NoSandbox([the_plan.why or "bubblewrap cannot run here"])
+
 
 def _probe(argv: list[str], env: dict[str, str] | None) -> str:
     """Run ``argv``; "" if it exited 0, else why not (its last line of stderr)."""
@@ -276,36 +324,36 @@ _AS_KERNEL = (
 
 
 def plan(mode: str = "auto") -> Plan:
-    """Decide how to sandbox kernels: ``"auto"`` (bubblewrap if it works, else none, with a
-    warning), ``"require"`` (bubblewrap or ``RuntimeError``), ``"weak"`` (as auto, and
-    without a cgroup too) or ``"off"``.
+    """Decide how to sandbox kernels: ``"auto"`` and ``"require"`` (bubblewrap and a cgroup
+    per kernel, or :class:`NoSandbox`, a ``RuntimeError``, saying what is missing),
+    ``"weak"`` (bubblewrap without a cgroup too) or ``"off"`` (no sandbox).
 
-    ``auto`` and ``require`` need a cgroup per kernel (``RuntimeError`` where none can be
-    made): without one, nothing caps a submission's processes together. ``weak`` without a
-    cgroup, as root, runs each kernel under a uid of its own (:data:`KERNEL_UID_BASE`), so
-    that RLIMIT_NPROC binds it: in bubblewrap without a user namespace, or as a plain
-    process; ``RuntimeError`` if that uid cannot start this Python (an installation only
-    root can read). Tries bubblewrap once, by starting Python in it. Raises ``ValueError``
-    for another mode.
+    Without a cgroup, nothing caps a submission's processes together. A ``weak`` plan where
+    bubblewrap does not run has mode ``"none"`` and says why (:attr:`Plan.why`): the grader
+    refuses it (:func:`refuse_unsandboxed`); only ``off`` grades without a sandbox. ``weak``
+    without a cgroup, as root, runs each kernel in bubblewrap without a user namespace under
+    a uid of its own (:data:`KERNEL_UID_BASE`), so that RLIMIT_NPROC binds it. Tries
+    bubblewrap once, by starting Python in it. Raises ``ValueError`` for another mode.
     """
     if mode not in MODES:
         raise ValueError(f"sandbox must be one of {', '.join(MODES)}; got {mode!r}")
     warnings: list[str] = []
     cg = CGroup.available()
-    if cg is None and mode in ("auto", "require"):
-        raise RuntimeError(
-            "no cgroup can be created here, so one submission's processes together are not "
-            "capped (memory, process count; RLIMIT_NPROC binds no root process): run as "
-            "root with cgroups v2 (or v1 memory + pids) writable, or pass --sandbox weak to "
-            "grade with per-process limits only"
-        )
+    no_cgroup = (
+        "no cgroup can be created here, so one submission's processes together are not "
+        "capped (memory, process count; RLIMIT_NPROC binds no root process)"
+    )
+    weak_hint = (
+        "for a cgroup, run as root with cgroups v2 (or v1 memory + pids) writable, or pass "
+        "--sandbox weak to grade in bubblewrap with per-process limits only"
+    )
     own_uid = cg is None and mode != "off" and os.geteuid() == 0
     result = Plan("none", [], _env(HOME), cg is not None, warnings, own_uid)
     uid = {UID_ENV: str(kernel_uid())} if own_uid else {}
     code = _this_package() + (_AS_KERNEL if own_uid else "import specdec_course.paths")
     if mode != "off":  # auto, require, weak
         exe = shutil.which("bwrap")
-        why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+        why = "bubblewrap (bwrap) is not installed"
         for variant in ((2,) if own_uid else (0, 1)) if exe else ():
             opts = [exe, *_bwrap_options(variant)]
             for k, v in result.env.items():
@@ -317,26 +365,20 @@ def plan(mode: str = "auto") -> Plan:
                 break
             why = f"bubblewrap failed: {failed}"
         if result.mode != "bwrap":
-            if mode == "require":
-                raise RuntimeError(why)
-            if own_uid:
-                failed = _probe([sys.executable, "-I", "-c", code], dict(result.env, **uid))
-                if failed:
-                    raise RuntimeError(
-                        f"{why}; and without bubblewrap or a cgroup, grading as root runs each "
-                        f"kernel under a uid of its own (from {KERNEL_UID_BASE}) so that the "
-                        f"process limit binds, but that uid cannot start {sys.executable} with "
-                        f"this package ({failed}): install bubblewrap, make the Python "
-                        "installation and the package readable by every user, or grade as a "
-                        "user other than root"
-                    )
-            who = "a uid of their own" if own_uid else "this user"
-            warnings.append(
-                f"NO SANDBOX: {why}. Submissions ran as {who}, with the network, the file "
-                "system and the other processes in reach; only time and memory limits applied"
-            )
+            result.why = why
+            if mode in ("auto", "require"):
+                raise NoSandbox(
+                    [why] + ([no_cgroup] if cg is None else []), weak_hint if cg is None else ""
+                )
+            # (weak: a plan the grader refuses, :func:`refuse_unsandboxed`.)
+            return result
+        if cg is None and mode != "weak":
+            raise NoSandbox([no_cgroup], weak_hint)
     else:
-        warnings.append("NO SANDBOX (--sandbox off): submissions ran as this user")
+        warnings.append(
+            "NO SANDBOX (--sandbox off): submissions ran as this user, with the network, the "
+            "file system and the other processes in reach; only time and memory limits applied"
+        )
     if result.mode != "bwrap":
         # The judge side can be imported there: keep the notebook's check() cells quiet.
         result.env[BATCH_ENV] = "1"
@@ -361,12 +403,16 @@ def plan(mode: str = "auto") -> Plan:
 
 def _child_setup(cg: CGroup | None) -> None:
     # In the child, before exec: the judge's own memory cap is not the kernel's (it has its
-    # own limits, and the cgroup's), then into the cgroup.
+    # own limits, and the cgroup's), then into the cgroup; it dies with its judge.
+    import ctypes
     import resource
+    import signal
 
     with contextlib.suppress(ValueError, OSError):
         _, hard = resource.getrlimit(resource.RLIMIT_DATA)
         resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PDEATHSIG
     if cg is not None:
         cg.join()
 

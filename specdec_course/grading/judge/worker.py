@@ -62,6 +62,18 @@ def limit_memory(mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
 
 
+def _die_with_parent() -> None:
+    # A grader killed outright (SIGKILL) takes its judges along, and they their kernels
+    # (bubblewrap's --die-with-parent): a rerun resumes on a machine with nothing left over.
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PDEATHSIG
+    if os.getppid() == 1:  # the parent died before that
+        os._exit(1)
+
+
 def grade_job(job: Job, plan: Plan, seq: int, on_check=None) -> SubmissionResult:
     """Grade ``job`` in kernels under ``plan``; a grader bug becomes a "crashed" result."""
     try:
@@ -85,6 +97,7 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
         os.setsid()  # our own process group: the parent can kill us and what we started
     except OSError:
         pass
+    _die_with_parent()
     # Orphans of an unsandboxed kernel (a daemon that detached itself) come back to us, so
     # that cleanup finds them.
     set_subreaper()
