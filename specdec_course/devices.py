@@ -34,6 +34,7 @@ import torch
 from ._validate import check_same_device  # noqa: F401  (the check lives with the others)
 
 __all__ = [
+    "cpu_name",
     "device",
     "set_threads",
     "check_same_device",
@@ -136,3 +137,17 @@ def set_threads(n: int) -> None:
 
     torch.set_num_threads(n)
     threadpool_limits(limits=n, user_api="blas")
+
+
+def cpu_name() -> str:
+    """This CPU's model name (``/proc/cpuinfo``; else what ``platform`` knows)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()

@@ -263,3 +263,28 @@ def race_walk(scores, block: int, *, ax=None):
     )
     ax.legend(fontsize=8)
     return ax, winner
+
+
+def call_cost_curves(here: dict, record: dict, char: dict, *, ax=None):
+    """cost(n)/cost(1) against n, the tokens one call scores: measured ``here`` (a
+    ``bench.llm_calls.call_costs`` result with one model), the stored ``bench llm`` record's
+    SmolLM2 curve and the character target's from ``speedup_cpu.json``'s forward costs, each
+    labelled with where and how it was measured; n one-token calls drawn for scale."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    (name,) = [k for k in here if k != "sizes"]
+    sizes = here["sizes"]
+    ax.plot(sizes, here[name]["ratio"], "o-", ms=4, lw=2, color="C3",
+            label="SmolLM2, this machine (wall clock, now)")  # fmt: skip
+    costs = record["call_costs"]
+    ax.plot(costs["sizes"], costs["smollm2"]["ratio"], "s--", ms=3, color="C0",
+            label=f"SmolLM2, record ({record['cpu']}, {record.get('clock', '?')})")  # fmt: skip
+    fc = char["forward_costs"]
+    ax.plot(fc["sizes"], fc["target_rel"], "^:", ms=3, color="C2",
+            label=f"character target, record ({char['machine']})")  # fmt: skip
+    top = max(sizes)
+    ax.plot([1, top], [1, top], color="0.75", lw=1, label="n one-token calls")
+    ax.set(xlabel="tokens scored in one call, n", ylabel="cost(n) / cost(1)",
+           xlim=(0.5, top + 0.5), ylim=(0, 4))  # fmt: skip
+    ax.legend(fontsize=7, loc="upper left")
+    return ax

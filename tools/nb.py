@@ -5,12 +5,15 @@
     python tools/nb.py execute NB.ipynb [...]     # run in place, as CI's nbval will
 
 Percent format: ``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell whose lines
-are written as ``# text``. Notebooks are executed top to bottom in a fresh kernel with the
+are written as ``# text``; ``# %% tags=["nbval-ignore-output"]`` gives a code cell metadata tags
+(how nbval is told that a cell's output is live, e.g. a wall-clock timing: never a comment in
+the code a learner reads). Notebooks are executed top to bottom in a fresh kernel with the
 notebook's folder as working directory, so that strict nbval in CI sees the same outputs.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -21,7 +24,7 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 
 
 def build(src: Path, out: Path) -> None:
-    cells, kind, buf = [], None, []
+    cells, kind, buf, tags = [], None, [], []
 
     def flush():
         if kind is None:
@@ -33,12 +36,16 @@ def build(src: Path, out: Path) -> None:
             )
             cells.append(nbformat.v4.new_markdown_cell(text))
         else:
-            cells.append(nbformat.v4.new_code_cell(text))
+            cell = nbformat.v4.new_code_cell(text)
+            if tags:
+                cell.metadata["tags"] = list(tags)
+            cells.append(cell)
 
     for line in src.read_text().split("\n"):
         if line.startswith("# %%"):
             flush()
             kind, buf = ("markdown" if "[markdown]" in line else "code"), []
+            tags = json.loads(line.split("tags=", 1)[1]) if "tags=" in line else []
         else:
             buf.append(line)
     flush()
@@ -56,7 +63,9 @@ def export(nb_path: Path, out: Path) -> None:
             body = "\n".join(("# " + l) if l else "#" for l in c.source.split("\n"))
             parts.append("# %% [markdown]\n" + body)
         else:
-            parts.append("# %%\n" + c.source)
+            tags = c.metadata.get("tags")
+            head = f"# %% tags={json.dumps(tags)}" if tags else "# %%"
+            parts.append(head + "\n" + c.source)
     out.write_text("\n\n".join(parts) + "\n")
 
 

@@ -7,6 +7,8 @@
   ``decoding.speculative_generate(model, proposer, ...)``: prompt lookup (``llm.lookup``)
   and a draft trained on the model's own outputs that reads its features (``llm.draft``,
   trained by ``llm.distill``).
+- :func:`gguf_summary`, :func:`find_greedy_mismatch` (``llm.demos``): what lesson 11 shows of
+  the file and of bfloat16's broken greedy identity.
 - ``llm.prompts.PROMPT_SETS``: the bench's three prompt sets (grounded, chat, code).
 
 ``decoding.generate`` and ``decoding.speculative_generate`` take the model unchanged.
@@ -16,6 +18,7 @@ Nothing else in the package imports this subpackage; it needs ``pip install -e '
 
 from __future__ import annotations
 
+from .demos import GreedyMismatch, find_greedy_mismatch, gguf_summary
 from .draft import FeatureDraft, FeatureDraftProposer, load_draft
 from .gguf_load import INSTALL, gguf_path
 from .llama import Llama, LlamaCache, LlamaConfig
@@ -27,13 +30,16 @@ __all__ = [
     "LOOKUP_MIN_N",
     "FeatureDraft",
     "FeatureDraftProposer",
+    "GreedyMismatch",
     "Llama",
     "LlamaCache",
     "LlamaConfig",
     "PromptLookup",
     "STOP_BELOW",
     "default_dtype",
+    "find_greedy_mismatch",
     "gguf_path",
+    "gguf_summary",
     "load",
     "load_draft",
     "proposers",
