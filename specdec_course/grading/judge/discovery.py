@@ -21,6 +21,7 @@ import tokenize
 from pathlib import Path
 
 from .core import exercises
+from .fingerprint import flag_near_copies
 from .jobs import Submission
 from .reports import escape
 
@@ -138,7 +139,10 @@ def collect(paths: list[str | os.PathLike], solutions=(), compare: bool = True) 
     Hidden folders and checkpoint folders (``.ipynb_checkpoints``) are skipped; links to
     folders are not followed. A hard link to a file under one of the ``solutions`` folders
     is not graded (it is that file), and (``compare``) a notebook whose code is that of one
-    of their notebooks up to whitespace and names is flagged. Raises ``FileNotFoundError`` for a
+    of their notebooks up to whitespace and names is flagged. Where there are ``solutions``
+    folders, a graded function that is a near-copy of theirs or of another submission's,
+    after renaming and the other edits that keep a copy a copy, is flagged
+    (:mod:`.fingerprint`). Raises ``FileNotFoundError`` for a
     path that does not exist and ``ValueError`` when nothing is found or a file given by
     name is not an ``.ipynb``.
     """
@@ -198,6 +202,8 @@ def collect(paths: list[str | os.PathLike], solutions=(), compare: bool = True) 
             sub.flags.append(f"a hard link to {display_name(hit)}")
         subs.append(sub)
     _flag_duplicates(subs, _solution_shapes(solutions) if compare else {})
+    if solutions:  # (the batch grader passes the course's own by default)
+        flag_near_copies(subs, solutions)
     return subs
 
 

@@ -187,7 +187,8 @@ def write_checks_csv(results: list[SubmissionResult], path: str | os.PathLike) -
 
 def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> None:
     """JUnit XML: one test suite per submission, one test case per check; each suite's
-    ``sandbox`` property says what its kernels ran in (``results.sandbox``)."""
+    ``sandbox`` property says what its kernels ran in (``results.sandbox``), and a ``flag``
+    property holds each of its flags (near-copies among them)."""
     where = getattr(results, "sandbox", "")
     root = ET.Element("testsuites", name="specdec-course grade")
     for r in results:
@@ -203,9 +204,12 @@ def write_junit(results: list[SubmissionResult], path: str | os.PathLike) -> Non
             ),
             time=f"{r.seconds:.3f}",
         )
-        if where:
+        if where or r.flags:
             props = ET.SubElement(suite, "properties")
-            ET.SubElement(props, "property", name="sandbox", value=escape(where))
+            if where:
+                ET.SubElement(props, "property", name="sandbox", value=escape(where))
+            for flag in r.flags:  # copy detection and the like, for the instructor
+                ET.SubElement(props, "property", name="flag", value=escape(flag))
         if not r.checks:
             tc = ET.SubElement(suite, "testcase", classname=file, name="exercise")
             ET.SubElement(tc, "error", message=escape(r.first_problem))
