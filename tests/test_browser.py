@@ -4,12 +4,14 @@ The test starts JupyterLab on 127.0.0.1 (a free port, a token, no browser of its
 copy of ``lessons/`` and ``exercises/``, so nothing it runs or autosaves touches the
 repository. It opens lesson 02, runs every cell, moves each explorer slider with the keyboard
 and checks that the figure and the readout change and that no cell shows an error; then it
-opens exercise 01, runs its check cells and reads the "not attempted" table. Screenshots go
-to ``test-artifacts/`` (git-ignored), whose path the test prints.
+opens exercise 01, runs its check cells and reads the "not attempted" table; and it types a
+prompt into lesson 11's explorer (a two-cell notebook that shows it over the real model),
+presses Generate and reads the coloured speculative text: identical to plain greedy text.
+Screenshots go to ``test-artifacts/`` (git-ignored), whose path the test prints.
 
 It drives the system's Chromium (Debian: ``apt-get install chromium``; ``.ci/run`` installs
 it) and never downloads a browser; without one, or without Playwright, it is skipped and says
-why. About 30 to 60 s on a 2-core CPU, most of it lesson 02's own cells.
+why. About 60 to 120 s on a 2-core CPU, most of it lesson 02's own cells and loading SmolLM2.
 """
 
 from __future__ import annotations
@@ -79,6 +81,34 @@ _NOTEBOOK_STATE = """() => {
 }"""
 
 
+def _write_explorer_notebook(path: Path) -> None:
+    """A two-cell notebook that shows lesson 11's explorer (``token_view.Explorer``) over the
+    real model, as the lesson builds it, without running the rest of the lesson."""
+    import nbformat
+
+    setup = (
+        "import specdec_course; specdec_course.notebook_setup(seed=0, threads=1)\n"
+        "import torch\n"
+        "from specdec_course import llm, token_view\n"
+        "model, tok = llm.load(torch.float32)\n"
+        "chat = lambda text: tok.apply_chat_template([{'role': 'user', 'content': text}])"
+    )
+    show = (
+        "explorer = token_view.Explorer(model, llm.proposers(model), chat, tok.decode,\n"
+        "                               max_new_tokens=24, stop_ids=tok.stop_ids)\n"
+        "explorer"
+    )
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(show)]
+    )
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,6 +123,7 @@ def lab(tmp_path_factory):
     root = tmp / "course"
     for folder in ("lessons", "exercises"):
         shutil.copytree(ROOT / folder, root / folder)
+    _write_explorer_notebook(root / "lessons" / "explorer_check.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"))
     env["JUPYTER_RUNTIME_DIR"] = str(tmp / "runtime")
@@ -250,6 +281,45 @@ def test_lesson_02_explorer_responds_to_the_keyboard(page, lab):
         page.locator(".jupyter-widgets.widget-error, .jp-RenderedText:has-text('Error')").count()
         == 0
     )
+
+
+# The speculative pane's committed text: its <pre> without the refused drafts.
+_SPEC_TEXT = """() => { const pres = [...document.querySelectorAll('.specdec-watch pre')];
+  if (!pres.length) return null; const c = pres[pres.length - 1].cloneNode(true);
+  c.querySelectorAll('.sv-rejected').forEach(e => e.remove()); return c.textContent; }"""
+
+
+def test_lesson_11_explorer_colours_the_learners_own_prompt(page, lab):
+    pytest.importorskip("gguf", reason="needs the [llm] extra (lesson 11's model)")
+    try:
+        from specdec_course.llm import gguf_path
+
+        gguf_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    _open_and_run_all(page, lab, "lessons/explorer_check.ipynb")
+    box = page.locator(".widget-textarea textarea").last
+    box.wait_for(timeout=60_000)
+    prompt = "Repeat this exactly: the lighthouse keeper lit the lamp at dusk every day."
+    box.fill(prompt)
+    page.locator("button", has_text="Generate").last.click()
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.sv-status')]"
+        ".some(e => e.innerText.includes('done'))",
+        timeout=120_000,
+    )
+    page.screenshot(path=str(ARTIFACTS / "lesson11_explorer.png"))
+    status = page.locator(".sv-status").last.inner_text()
+    assert "identical to plain" in status, status
+    spans = {k: page.locator(f".specdec-watch .sv-{k}").count() for k in ("accepted", "target")}
+    assert spans["target"] > 0 and spans["accepted"] > 0, spans
+    colour = page.locator(".specdec-watch .sv-accepted").first.evaluate(
+        "e => getComputedStyle(e).color"
+    )
+    assert colour == "rgb(26, 127, 55)", colour  # green: KINDS["accepted"]
+    plain = page.locator(".widget-html-content pre").first.text_content()
+    assert plain and page.evaluate(_SPEC_TEXT) == plain
+    assert page.evaluate(_NOTEBOOK_STATE)["errors"] == []
 
 
 def test_exercise_01_check_shows_the_not_attempted_table(page, lab):
