@@ -67,10 +67,24 @@ def test_notebook_prints_no_rounding_noise(path):
     nb = json.loads(path.read_text())
     bad = []
     for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
-        if "NBVAL_IGNORE_OUTPUT" in "".join(cell["source"]):
+        if "nbval-ignore-output" in cell.get("metadata", {}).get("tags", []):
             continue
         bad += [f"code cell {i}: {n}" for n in _noise_numbers(_output_text(cell))]
     assert not bad, (
         f"{path.name} prints values below 1e-6 that no other CPU reproduces ({bad}); print the "
         "bound they meet instead (f'< 1e-12'), or stats.format_rate for a probability"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_nbval_is_told_in_cell_tags_not_in_the_code_a_learner_reads(path):
+    nb = json.loads(path.read_text())
+    marked = [
+        i
+        for i, c in enumerate(x for x in nb["cells"] if x["cell_type"] == "code")
+        if "NBVAL" in "".join(c["source"])
+    ]
+    assert not marked, (
+        f"{path.name}: code cells {marked} carry an nbval comment; give the cell the metadata tag "
+        "nbval-ignore-output instead (tools/nb.py: '# %% tags=[\"nbval-ignore-output\"]')"
     )
