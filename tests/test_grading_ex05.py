@@ -166,6 +166,32 @@ def race_not_a_kernel(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V):
     return None
 
 
+@triton.jit
+def race_honest_at_64_only(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):
+    # A tl.constexpr branch (issue 54): the race where BLOCK_V is 64, the block size the
+    # compile gate once used, and anything (here the argmax of p, which compiles) elsewhere.
+    b = tl.program_id(0)
+    m = tl.load(pos_ptr + b)
+    best = -1.0
+    best_idx = 0
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        p = tl.load(p_ptr + (b * (K + 1) + m) * V + cols, mask=ok, other=0.0)
+        q = tl.load(q_ptr + (b * K + m) * V + cols, mask=ok, other=0.0)
+        e = tl.load(e_ptr + b * V + cols, mask=ok, other=1.0)
+        if BLOCK_V == 64:
+            s = tl.where(ok, tl.maximum(p - q, 0.0) / e, -1.0)
+        else:
+            s = tl.where(ok, p + 0.0 * q * e, -1.0)
+        tile_best = tl.reduce(s, 0, _max)
+        tile_idx = tl.reduce(tl.where(s == tile_best, cols, V), 0, _min)
+        better = tile_best > best
+        best = tl.where(better, tile_best, best)
+        best_idx = tl.where(better, tile_idx, best_idx)
+    tl.store(token_ptr + b, best_idx)
+
+
 if _INTERPRET_BEFORE is None:
     del os.environ["TRITON_INTERPRET"]
 else:
@@ -238,3 +264,34 @@ def test_lesson_05_does_not_show_the_race_loop_the_exercise_asks_for():
     text = "\n".join(shown)
     printed = [l for l in loop_lines if l.startswith(("better_w", "idx_w", "tile_w", "arg_w"))]
     assert printed and not any(l in text for l in printed), "lesson 05 prints the race loop"
+
+
+def test_a_constexpr_branch_that_compiles_is_caught_by_the_graded_cases():
+    # Its other branch compiles (so the compile gate passes it): the interpreter runs the
+    # cases with their own block sizes, so that branch is what is graded, and it is wrong.
+    r = run_check("ex05.race_kernel", race_honest_at_64_only)
+    assert r.status == "failed" and r.points == 0, r.report()
+    by_case = {c.name: c.passed for c in r.cases}
+    assert (
+        by_case["V = 256 in 4 tiles of 64"]
+        and not by_case["V = 65 in tiles of 16 (the last holds 1 id)"]
+    )
+
+
+def test_every_launch_of_the_graded_run_is_recorded_as_triton_keys_it():
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.runtime.jit import native_specialize_impl
+
+    from specdec_course.grading.judge import ex05
+
+    launches: list = []
+    cases = list(ex05._race_cases(race_kernel, launches))
+    assert all(c.passed for c in cases)
+    assert [x["label"] for x in launches] == [c.name for c in cases] == [c[0] for c in ex05.CASES]
+    assert [x["kwargs"] for x in launches] == [{"BLOCK_V": c[4]} for c in ex05.CASES]
+    for launch, (_, _, K, V, _, _) in zip(launches, ex05.CASES):
+        kinds = [a[0] for a in launch["args"]]
+        assert kinds == ["*i64", "*i64", "*fp32", "*fp32", "*fp32", "i32", "i32"]
+        for (kind, attr, value), want in zip(launch["args"][5:], (K, V)):
+            assert value == want
+            assert (kind, attr) == native_specialize_impl(CUDABackend, want, False, True, True)

@@ -20,7 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["compile_for_gpu", "compile_kernel_for_gpu", "compile_source_for_gpu", "KERNEL_VARIANTS"]
+__all__ = [
+    "compile_for_gpu",
+    "compile_kernel_for_gpu",
+    "compile_source_for_gpu",
+    "compile_source_variants",
+    "KERNEL_VARIANTS",
+]
 
 _PROBS = [(prob, no_q) for prob in ("fp32", "fp16", "bf16") for no_q in (False, True)]
 # Pointer element types of each kernel argument; the probabilities' type varies per variant.
@@ -96,9 +102,10 @@ def _compile_jobs(arch: int, warp_size: int, jobs_file: str, out_dir: str) -> No
 
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from triton.compiler import ASTSource, make_backend
 
     target = GPUTarget("cuda", arch, warp_size)
+    backend = make_backend(target)
     summary = {}
     for i, job in enumerate(json.loads(Path(jobs_file).read_text())):
         if job.get("file"):
@@ -108,8 +115,14 @@ def _compile_jobs(arch: int, warp_size: int, jobs_file: str, out_dir: str) -> No
         else:
             module = importlib.import_module(job["module"])
         kernel = getattr(module, job["name"])
+        # Attributes as Triton's launcher sets them: [argument index, "D"] (divisible by 16).
+        attrs = {(int(i),): backend.parse_attr(a) for i, a in job.get("attrs", [])}
+        # Which job failed, for the parent (the compiler's message names the kernel only).
+        print(f"compiling: {job['key']}", file=sys.stderr, flush=True)
         compiled = triton.compile(
-            ASTSource(fn=kernel, signature=job["signature"], constexprs=job["constexprs"]),
+            ASTSource(
+                fn=kernel, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs
+            ),
             target=target,
         )
         ptx_path = Path(out_dir) / f"kernel_{i}.ptx"
@@ -142,8 +155,11 @@ def _run_child(
         # the traceback above it is about this module, not the kernel.
         err = proc.stderr
         at = err.rfind("triton.compiler.errors.")
+        which = [line for line in err.splitlines() if line.startswith("compiling: ")]
+        named = which and any(j.get("named") for j in jobs)
+        what = which[-1][len("compiling: ") :] if named else "a kernel"
         raise RuntimeError(
-            f"a kernel failed to compile for sm_{arch}:\n"
+            f"{what} failed to compile for sm_{arch}:\n"
             f"{err[at:] if at >= 0 else err[-4000:]}".rstrip()
         )
     summary = json.loads((Path(tmp) / "summary.json").read_text())
@@ -249,3 +265,38 @@ def compile_source_for_gpu(
             "constexprs": constexprs or {},
         }
         return _run_child([job], arch, warp_size, timeout, tmp)[name]
+
+
+def compile_source_variants(
+    source: str,
+    name: str,
+    variants: list,
+    *,
+    arch: int = 90,
+    warp_size: int = 32,
+    timeout: float = 300.0,
+) -> dict[str, dict]:
+    """Compile ``name`` from ``source`` (as :func:`compile_source_for_gpu`) once per variant,
+    in one child process. ``variants``: ``(label, signature, constexprs, attrs)`` each, with
+    ``attrs`` a list of ``[argument index, "D"]`` (divisible by 16, as Triton's launcher
+    specialises an argument). Returns ``{label: {"ptx", "cubin_bytes"}}``; raises
+    ``RuntimeError`` that names the first variant that does not compile, with the
+    compiler's message."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src_file = Path(tmp) / "kernel_source.py"
+        src_file.write_text(source)
+        jobs = [
+            {
+                "key": str(label),
+                "file": str(src_file),
+                "name": name,
+                "signature": dict(signature),
+                "constexprs": dict(constexprs or {}),
+                "attrs": [list(a) for a in attrs or ()],
+                "named": True,
+            }
+            for label, signature, constexprs, attrs in variants
+        ]
+        if not jobs:
+            return {}
+        return _run_child(jobs, arch, warp_size, timeout, tmp)

@@ -15,7 +15,14 @@ Under the batch grader the kernel process that ran the notebook is not asked any
 the kernel (its code could replace the launcher or Triton itself): the judge takes the
 ``@triton.jit def race_kernel`` out of the notebook's source (:mod:`.kernel_source`, which
 refuses a body that names anything but Triton's language and its own variables) and
-launches it in a fresh sandboxed kernel in which no student cell has run.
+launches it in a fresh sandboxed kernel in which no student cell has run. Every launch of
+the graded run is recorded as Triton's launcher keys it (each argument's type and
+divisibility, the ``constexpr`` values; :func:`.kernel_source.record_launch`, from the
+judge's own values), and after the cases the kernel is compiled for an NVIDIA H100
+(``GPUTarget("cuda", 90, 32)``, no GPU needed) once per distinct specialisation: one that
+does not compile fails the check, named with the case that launched it. So a
+``tl.constexpr`` branch that only another block size takes is compiled wherever a case
+takes it, and what the interpreter graded is what a GPU would run.
 
 The expected tokens come from ``specdec_course.verifier.rejection_sample`` itself: drafts and
 uniforms are chosen so that row ``b`` accepts its first ``pos[b]`` drafts and rejects the next,
@@ -40,7 +47,14 @@ from ._support import RULE_IMPLEMENTATIONS
 from .context import case_seed
 from .core import Case, call, register
 from .fresh import fresh_session
-from .kernel_source import COMPILE_TIMEOUT_S, Refused, compile_cell, is_stub, kernel_cell
+from .kernel_source import (
+    COMPILE_TIMEOUT_S,
+    Refused,
+    compile_cell,
+    is_stub,
+    kernel_cell,
+    record_launch,
+)
 from .remote import Remote
 
 __all__ = ["PUBLIC_IMPLEMENTATIONS", "launch_race", "make_race_inputs", "reference_race"]
@@ -94,10 +108,21 @@ def _diagnose(got: torch.Tensor, exp: torch.Tensor, pos, p, q, e, V: int, block_
 
 
 def _race_case(
-    name: str, kernel, B: int, K: int, V: int, block_v: int, seed: int, zero_tail: int = 0
+    name: str,
+    kernel,
+    B: int,
+    K: int,
+    V: int,
+    block_v: int,
+    seed: int,
+    zero_tail: int = 0,
+    launches: list | None = None,
 ) -> Case:
     pos, p, q, e = make_race_inputs(B, K, V, case_seed(seed), zero_tail)
     exp = reference_race(pos, p, q, e)
+    if launches is not None:  # what launch_race passes, from the judge's own values
+        token = torch.full((B,), -1, dtype=torch.int64)
+        launches.append(record_launch(name, (token, pos, p, q, e, K, V), {"BLOCK_V": block_v}))
     got = call(name, launch_race, kernel, pos, p, q, e, block_v)
     if not isinstance(got, torch.Tensor) or got.shape != exp.shape:
         return Case(name, False, str(exp.tolist()), repr(got), "internal: unexpected output")
@@ -133,18 +158,24 @@ def _race_case(
 )
 def check_race_kernel(race_kernel) -> Iterator[Case]:
     with contextlib.ExitStack() as stack:
+        text, fresh = None, None
         if isinstance(race_kernel, Remote):
+            text = race_kernel._sd_session.notebook[1]
             try:
-                race_kernel = _on_its_own(race_kernel, stack)
+                race_kernel, fresh = _on_its_own(race_kernel, stack)
             except Refused as e:
                 yield Case("the kernel, taken from the notebook", False, message=str(e))
                 return
-        yield from _race_cases(race_kernel)
+        launches: list[dict] = []
+        yield from _race_cases(race_kernel, launches)
+        if fresh is not None and not is_stub(text):
+            yield _compiled(fresh, text, launches)
 
 
-def _on_its_own(student: Remote, stack: contextlib.ExitStack) -> Remote:
+def _on_its_own(student: Remote, stack: contextlib.ExitStack):
     """The notebook's ``race_kernel``, defined from its source (and nothing else) in a
-    fresh kernel under the student's kernel's sandbox and limits; closed with ``stack``.
+    fresh kernel under the student's kernel's sandbox and limits, and that kernel's session;
+    closed with ``stack``.
 
     Raises :class:`.kernel_source.Refused` (with the reason) when the source cannot run on
     its own or the definition raises; :class:`.session.KernelGone` when no kernel starts."""
@@ -153,52 +184,61 @@ def _on_its_own(student: Remote, stack: contextlib.ExitStack) -> Remote:
     left = context.time_left()
     # Starting the kernel is the grader's time, not the student's: the check's deadline
     # starts again once the kernel is defined.
-    text = student._sd_session.notebook[1]
-    # (The stub raises NotImplementedError unconditionally, which compiles nowhere, and which
-    # the interpreter then raises: "not attempted", whatever comes before it.)
-    stub = is_stub(text)
     with context.deadline(None):
         fresh.start()
-        # Real Triton first: the kernel must compile for a GPU (sm_90), which only Triton's
-        # language does; the interpreter alone runs any Python it is handed.
-        built = {"ok": True} if stub else fresh.run_cell(compile_cell(text), COMPILE_TIMEOUT_S)
-        reply = fresh.run_cell(cell, 60.0) if built.get("ok") else built
+        reply = fresh.run_cell(cell, 60.0)
     stack.enter_context(context.deadline(left))
-    if not built.get("ok"):
-        err = built.get("error") or {}
-        text = str(err.get("message", "")).strip().splitlines()
-        why = "it timed out" if built.get("timeout") else (text[-1][:300] if text else "error")
-        raise Refused(
-            f"race_kernel does not compile with Triton for an NVIDIA GPU (sm_90): {why}; "
-            "a Triton kernel's body is Triton's language only"
-        )
     if not reply.get("ok"):
         err = reply.get("error") or {}
         what = "timed out" if reply.get("timeout") else str(err.get("type", "an error"))
         raise Refused(f"defining race_kernel on its own raised {what}")
-    return Remote(fresh, "race_kernel", {"callable": True})
+    return Remote(fresh, "race_kernel", {"callable": True}), fresh
 
 
-def _race_cases(race_kernel) -> Iterator[Case]:
-    # One tile first: a kernel that is wrong there is wrong everywhere, and the message says
-    # so before the tile loop comes into it.
-    yield _race_case("V = 16 in one tile of 16, 8 rows, K = 4", race_kernel, 8, 4, 16, 16, 0)
-    yield _race_case(
-        "V = 65 in one tile of 128 (63 padding columns)", race_kernel, 8, 3, 65, 128, 1
+_COMPILED = "compiled for an NVIDIA GPU (sm_90), as each case launched it"
+
+
+def _compiled(fresh, text: str, launches: list[dict]) -> Case:
+    """The kernel compiled by Triton's own compiler for ``GPUTarget("cuda", 90, 32)`` once
+    for every specialisation the cases launched (:func:`.kernel_source.compile_cell`): the
+    interpreter alone runs any Python it is handed, and a ``tl.constexpr`` branch that only
+    another block size takes is compiled only where a case launches it. In the fresh
+    kernel, so under the sandbox; the compiler's time is the grader's."""
+    with context.deadline(None):
+        built = fresh.run_cell(compile_cell(text, launches), COMPILE_TIMEOUT_S)
+    if built.get("ok"):
+        return Case(_COMPILED, True)
+    err = built.get("error") or {}
+    lines = [line for line in str(err.get("message", "")).strip().splitlines() if line.strip()]
+    why = "it timed out" if built.get("timeout") else (lines[0][:400] if lines else "error")
+    kind = next((x for x in lines if x.startswith("triton.compiler.errors.")), "")
+    kind = kind[len("triton.compiler.errors.") :].split(":")[0]
+    last = lines[-1].strip()[:300] if len(lines) > 1 else ""
+    detail = "; ".join(x for x in (kind, last) if x)
+    return Case(
+        _COMPILED,
+        False,
+        message=f"race_kernel does not compile with Triton for an NVIDIA GPU (sm_90): {why}"
+        + (f" ({detail})" if detail else "")
+        + "; a Triton kernel's body is Triton's language only, and every block size a case "
+        "launches is compiled",
     )
-    yield _race_case("V = 256 in 4 tiles of 64", race_kernel, 8, 4, 256, 64, 2)
-    yield _race_case(
-        "V = 1000 in tiles of 256 (the last one partial)", race_kernel, 8, 5, 1000, 256, 3
-    )
-    yield _race_case("V = 65 in tiles of 16 (the last holds 1 id)", race_kernel, 16, 8, 65, 16, 4)
-    yield _race_case(
-        "V = 20 in tiles of 8, ids 16-19 have probability 0",
-        race_kernel,
-        8,
-        2,
-        20,
-        8,
-        5,
-        zero_tail=4,
-    )
-    yield _race_case("V = 8193 in tiles of 1024", race_kernel, 4, 3, 8193, 1024, 6)
+
+
+# (name, B, K, V, BLOCK_V, zero_tail): one tile first (a kernel that is wrong there is wrong
+# everywhere, and the message says so before the tile loop comes into it), then several.
+CASES = (
+    ("V = 16 in one tile of 16, 8 rows, K = 4", 8, 4, 16, 16, 0),
+    ("V = 65 in one tile of 128 (63 padding columns)", 8, 3, 65, 128, 0),
+    ("V = 256 in 4 tiles of 64", 8, 4, 256, 64, 0),
+    ("V = 1000 in tiles of 256 (the last one partial)", 8, 5, 1000, 256, 0),
+    ("V = 65 in tiles of 16 (the last holds 1 id)", 16, 8, 65, 16, 0),
+    ("V = 20 in tiles of 8, ids 16-19 have probability 0", 8, 2, 20, 8, 4),
+    ("V = 8193 in tiles of 1024", 4, 3, 8193, 1024, 0),
+)
+
+
+def _race_cases(race_kernel, launches: list | None = None) -> Iterator[Case]:
+    """Every case of :data:`CASES` in order; each launch is recorded in ``launches``."""
+    for seed, (name, B, K, V, block_v, zero_tail) in enumerate(CASES):
+        yield _race_case(name, race_kernel, B, K, V, block_v, seed, zero_tail, launches)

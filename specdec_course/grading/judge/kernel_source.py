@@ -24,7 +24,10 @@ import copy
 import json
 from types import ModuleType
 
-__all__ = ["Refused", "compile_cell", "is_stub", "kernel_cell"]
+__all__ = [
+    "Refused", "compile_cell", "describe", "is_stub", "kernel_cell", "record_launch",
+    "specialisation",
+]  # fmt: skip
 
 NAME = "race_kernel"
 _BUILTINS = {
@@ -185,10 +188,6 @@ def _check(node: ast.FunctionDef, jit: dict[str, ast.FunctionDef]) -> list[str]:
     return helpers
 
 
-# How launch_race passes its arguments: token, pos, p, q, e, K, V, then BLOCK_V by name.
-_LAUNCH_TYPES = ("*i64", "*i64", "*fp32", "*fp32", "*fp32", "i32", "i32")
-_LAUNCH_VALUES = {5: 4, 6: 65}  # K and V, should a kernel take them as constexpr
-COMPILE_BLOCK_V = 64
 COMPILE_TIMEOUT_S = 180
 
 
@@ -204,33 +203,110 @@ def is_stub(notebook_text: str) -> bool:
     return False
 
 
-def compile_cell(notebook_text: str) -> str:
-    """The source of a cell that compiles the notebook's ``race_kernel`` (and its helpers)
-    with Triton's own compiler for an NVIDIA H100 (``GPUTarget("cuda", 90, 32)``), with the
-    argument types ``launch_race`` passes: it raises ``RuntimeError`` with the compiler's
-    message where the kernel is not Triton (which the interpreter alone would run).
+def specialisation(value) -> tuple[str, object]:
+    """What Triton's launcher keys its cache on for one argument ``value``, for an NVIDIA
+    GPU: ``("*fp32", "D")`` for a tensor (its element type, and ``"D"`` where its address is
+    a multiple of 16), ``("i32", "D")`` for an int (``"D"``: divisible by 16),
+    ``("constexpr", 1)`` for the int 1, ``("constexpr", v)`` for a ``constexpr`` value.
 
-    Raises :class:`Refused` as :func:`kernel_cell` does."""
-    source = kernel_cell(notebook_text)[len(_HEADER) :]
-    node = _jit_defs(_code_cells(notebook_text))[NAME]
+    Computed with Triton's own ``native_specialize_impl`` (the function its launcher calls)
+    and the CUDA backend, from a value the judge made: nothing of the submission's."""
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.runtime.jit import native_specialize_impl
+
+    kind, attr = native_specialize_impl(CUDABackend, value, False, True, True)[:2]
+    return str(kind), attr
+
+
+def record_launch(label: str, args: tuple, kwargs: dict) -> dict:
+    """One launch of the kernel as the judge made it (``kernel[grid](*args, **kwargs)``):
+    every argument's :func:`specialisation`, ``kwargs`` (the ``constexpr`` values, by name)
+    kept as they are. ``label`` names the case that launched it."""
+    return {
+        "label": label,
+        "args": [
+            [*specialisation(a), a if isinstance(a, (bool, int, float)) else None] for a in args
+        ],
+        "kwargs": {k: v for k, v in kwargs.items()},
+    }
+
+
+def _bind(node: ast.FunctionDef, launch: dict) -> tuple[dict, dict, list] | None:
+    """``(signature, constexprs, attrs)`` of ``launch`` on the kernel ``node`` as Triton's
+    launcher binds them: a ``tl.constexpr`` parameter takes the value passed (or its
+    default); any other takes the argument's specialisation (an int 1 becomes a constant).
+    None where the launch does not bind (the interpreter raised on it already)."""
     a = node.args
     params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
     defaults = dict(zip([x.arg for x in (*a.posonlyargs, *a.args)][::-1], a.defaults[::-1]))
     defaults.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
-    signature, constexprs = {}, {}
+    args, kwargs = launch["args"], launch["kwargs"]
+    if len(args) > len(a.posonlyargs) + len(a.args):
+        return None
+    signature, constexprs, attrs = {}, {}, []
     for i, x in enumerate(params):
-        const = x.annotation is not None or i >= len(_LAUNCH_TYPES)
-        signature[x.arg] = "constexpr" if const else _LAUNCH_TYPES[i]
-        if const:
-            default = defaults.get(x.arg)
-            value = default.value if isinstance(default, ast.Constant) else None
-            constexprs[x.arg] = (
-                COMPILE_BLOCK_V if x.arg == "BLOCK_V" else _LAUNCH_VALUES.get(i, value)
-            )
+        if i < len(args):
+            spec, value = tuple(args[i][:2]), args[i][2]
+        elif x.arg in kwargs:
+            spec = specialisation(kwargs[x.arg])
+            value = kwargs[x.arg]
+        elif isinstance(defaults.get(x.arg), ast.Constant):
+            value = defaults[x.arg].value
+            spec = specialisation(value)
+        else:
+            return None
+        if x.annotation is not None:  # tl.constexpr (the only annotation allowed)
+            if value is None:
+                return None  # a tensor passed as a constexpr: the launch fails anyway
+            signature[x.arg], constexprs[x.arg] = "constexpr", value
+        elif spec[0] == "constexpr":
+            signature[x.arg], constexprs[x.arg] = "constexpr", spec[1]
+        else:
+            signature[x.arg] = spec[0]
+            if spec[1]:
+                attrs.append([i, spec[1]])
+    return signature, constexprs, attrs
+
+
+def describe(signature: dict, constexprs: dict, attrs: list) -> str:
+    """A specialisation in words: ``BLOCK_V=16, K: i32, V: i32 (divisible by 16), ...``."""
+    names = list(signature)
+    aligned = {names[i] for i, _ in attrs}
+    parts = [f"{k}={constexprs[k]!r}" for k in names if signature[k] == "constexpr"]
+    for k in names:
+        if signature[k] != "constexpr" and not signature[k].startswith("*"):
+            parts.append(f"{k}: {signature[k]}" + (" (divisible by 16)" if k in aligned else ""))
+    ptrs = [f"{k}: {signature[k]}" for k in names if signature[k].startswith("*")]
+    return ", ".join(parts + ptrs)
+
+
+def compile_cell(notebook_text: str, launches: list[dict]) -> str:
+    """The source of a cell that compiles the notebook's ``race_kernel`` (and its helpers)
+    with Triton's own compiler for an NVIDIA H100 (``GPUTarget("cuda", 90, 32)``), once for
+    every distinct specialisation among ``launches`` (:func:`record_launch`: the judge's
+    own cases, as launched). It raises ``RuntimeError`` naming the first specialisation that
+    does not compile, with the compiler's message (code that only the interpreter runs, or
+    a ``tl.constexpr`` branch that no other launch took).
+
+    Raises :class:`Refused` as :func:`kernel_cell` does."""
+    source = kernel_cell(notebook_text)[len(_HEADER) :]
+    node = _jit_defs(_code_cells(notebook_text))[NAME]
+    jobs, seen = [], set()
+    for launch in launches:
+        bound = _bind(node, launch)
+        if bound is None:
+            continue
+        key = describe(*bound)
+        if key in seen:
+            continue
+        seen.add(key)
+        signature, constexprs, attrs = bound
+        name = f"{NAME}[{key}] (launched by the case '{launch['label']}')"
+        jobs.append((name, signature, constexprs, attrs))
     full = "import triton\nimport triton.language as tl\n" + source
     return (
-        "from specdec_course.kernels.compile import compile_source_for_gpu\n"
-        f"compile_source_for_gpu({full!r}, {NAME!r}, {signature!r}, {constexprs!r}, "
+        "from specdec_course.kernels.compile import compile_source_variants\n"
+        f"compile_source_variants({full!r}, {NAME!r}, {jobs!r}, "
         f"arch=90, warp_size=32, timeout={COMPILE_TIMEOUT_S})\n"
     )
 
