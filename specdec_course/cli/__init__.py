@@ -1,9 +1,11 @@
-"""The ``specdec-course`` command: prepare-data | train | generate | bench | grade | export.
+"""The ``specdec-course`` command: open | prepare-data | train | generate | bench | grade | export.
 
 The edge of the package: the only place that parses arguments. Each subcommand is a small
 module here with ``add_parser(subparsers)`` and ``run(args)``; it turns the arguments into
 calls of the domain modules and prints what they return. Domain modules never import
-``cli``. A subcommand's module is imported only when it runs, so ``--help`` stays fast.
+``cli``. A subcommand's module imports nothing heavy (torch, transformers, the benches) until
+its ``run``: parsing, ``--help`` and argument errors answer before torch is imported
+(tests/test_cli_fast.py checks that none of them imports it).
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("prepare_data", "train", "generate", "bench", "grade", "export")
+COMMANDS = ("open", "prepare_data", "train", "generate", "bench", "grade", "export")
 # The module of each command; two carry a suffix so that no file name in the package means two
 # things (``specdec_course.train`` is the training loop, ``specdec_course.bench`` the benches).
-_MODULES = {"train": "train_command", "bench": "bench_command"}
+_MODULES = {"train": "train_command", "bench": "bench_command", "open": "open_command"}
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -52,6 +54,13 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+
+def set_threads(n: int) -> None:
+    """``devices.set_threads(n)``, imported when a command runs (it imports torch)."""
+    from ..devices import set_threads as _set
+
+    _set(n)
 
 
 def build_parser() -> argparse.ArgumentParser:
