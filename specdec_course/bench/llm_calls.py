@@ -55,12 +55,14 @@ def call_costs(
     context: int = 300,
     repeats: int = 5,
     clock=time.perf_counter,
+    progress=None,
 ) -> dict:
     """Median seconds of one cached call over ``T`` new tokens after ``context`` tokens, for
     each model (``{name: model}``; the context is cut to what a model's window holds),
     interleaved. Returns ``{name: {"context", "seconds": [...], "ratio": [T(k)/T(1)...]}}``
     with ``"sizes"``. ``clock=time.thread_time`` counts the CPU time of one thread (for
-    ``torch.set_num_threads(1)`` on a busy machine: time spent descheduled is left out)."""
+    ``torch.set_num_threads(1)`` on a busy machine: time spent descheduled is left out).
+    ``progress()``, if given, is called after each of the ``repeats + 1`` rounds."""
     sizes = list(sizes)
     ctx = {n: min(context, m.config.block_size - max(sizes)) for n, m in models.items()}
     timers = {n: [_timer(m, T, ctx[n], clock) for T in sizes] for n, m in models.items()}
@@ -71,6 +73,8 @@ def call_costs(
                 s = once()
                 if r:  # the first round warms allocator and caches
                     runs[n][i].append(s)
+        if progress is not None:
+            progress()
     out: dict = {"sizes": sizes}
     for n in models:
         sec = [statistics.median(x) for x in runs[n]]
@@ -86,9 +90,11 @@ def dtype_costs(
     context: int = 300,
     repeats: int = 5,
     clock=time.perf_counter,
+    progress=None,
 ) -> dict:
     """``{(name, threads): {T: median seconds}}`` for one cached call of each model (e.g.
-    ``{"float32": m32, "bfloat16": m16}``) at each thread count, interleaved."""
+    ``{"float32": m32, "bfloat16": m16}``) at each thread count, interleaved; ``progress()``
+    is called after each round."""
     before = torch.get_num_threads()
     timers = {n: {T: _timer(m, T, context, clock) for T in sizes} for n, m in models.items()}
     runs = {(n, th): {T: [] for T in sizes} for n in models for th in threads}
@@ -101,6 +107,8 @@ def dtype_costs(
                         s = once()
                         if r:
                             runs[n, th][T].append(s)
+            if progress is not None:
+                progress()
     finally:
         torch.set_num_threads(before)
     return {key: {T: statistics.median(v) for T, v in d.items()} for key, d in runs.items()}

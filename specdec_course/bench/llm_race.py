@@ -4,10 +4,11 @@ Hugging Face and llama.cpp on the same weights.
 - :func:`proposer_speedups`: plain ``decoding.generate`` against ``speculative_generate``
   with each proposer and draft length ``k``, at temperature 0 and 1, on each prompt set
   (``llm.prompts.PROMPT_SETS``: grounded, chat, code), interleaved prompt by prompt (plain,
-  then every proposer and k, on the same prompt before the next). A cell's speedup is the
-  set's total plain time over its total speculative time; its tokens per call and
-  ``accepted_share`` (drafts accepted over drafts proposed, not the acceptance rate alpha)
-  are summed over the set's prompts.
+  then every proposer and k, on the same prompt before the next). Each answer ends at the
+  model's end of turn (``stop_ids``) or after ``max_new_tokens``; a cell's speedup is its
+  tokens per second over plain decoding's on the set (the same tokens at temperature 0); its
+  tokens per call and ``accepted_share`` (drafts accepted over drafts proposed, not the
+  acceptance rate alpha) are summed over the set's prompts.
 - :func:`hf_race`: Hugging Face ``generate`` on the same dequantized weights
   (``llm.distill.hf_model``), plain and with ``prompt_lookup_num_tokens``, greedy, and
   llama.cpp through ``llama-cpp-python`` (plain and its ``LlamaPromptLookupDecoding``) on
@@ -54,51 +55,70 @@ def proposer_speedups(
     seed: int = 0,
     clock=time.perf_counter,
     log=None,
+    stop_ids=None,
+    progress=None,
 ) -> list[dict]:
     """One row per (set, temperature, proposer, k): ``speedup``, ``tokens_per_call``,
     ``accepted_share`` (drafts accepted over drafts proposed), ``plain_tok_s``,
-    ``spec_tok_s`` and, at temperature 0, ``identical`` (every
-    prompt's speculative text equal to its plain greedy text)."""
+    ``spec_tok_s``, ``tokens`` and, at temperature 0, ``identical`` (every
+    prompt's speculative text equal to its plain greedy text). ``stop_ids`` (the
+    tokenizer's ``stop_ids``) end each answer at its end of turn; ``progress()``, if given,
+    is called after every decoding run."""
     rows = []
     for set_name, prompts in prompt_sets.items():
         for T in temperatures:
             cells: dict = {}
-            plain_s = 0.0
+            plain_s, plain_n = 0.0, 0
             for i, text in enumerate(prompts):
                 ids = _chat(tok, text)
                 g = torch.Generator().manual_seed(seed + i)
                 t0 = clock()
-                ref = decoding.generate(model, ids, max_new_tokens, temperature=T, generator=g)
+                ref = decoding.generate(
+                    model, ids, max_new_tokens, temperature=T, generator=g, stop_ids=stop_ids
+                )
                 plain_s += clock() - t0
+                plain_n += ref.numel() - ids.numel()
+                if progress is not None:
+                    progress()
                 for name, prop in proposers.items():
                     for k in ks:
                         g = torch.Generator().manual_seed(seed + i)
                         t0 = clock()
                         out, st = decoding.speculative_generate(
-                            model, prop, ids, max_new_tokens, k=k, temperature=T, generator=g
+                            model,
+                            prop,
+                            ids,
+                            max_new_tokens,
+                            k=k,
+                            temperature=T,
+                            generator=g,
+                            stop_ids=stop_ids,
                         )
                         c = cells.setdefault(
-                            (name, k), dict(s=0.0, calls=0, acc=0, drafted=0, same=True)
+                            (name, k), dict(s=0.0, n=0, calls=0, acc=0, drafted=0, same=True)
                         )
                         c["s"] += clock() - t0
+                        c["n"] += st.emitted
                         c["calls"] += st.target_calls
                         c["acc"] += st.accepted
                         c["drafted"] += st.drafted
                         c["same"] &= bool(torch.equal(out, ref))
-            n_tok = max_new_tokens * len(prompts)
+                        if progress is not None:
+                            progress()
             for (name, k), c in cells.items():
                 row = dict(
                     set=set_name,
                     temperature=T,
                     proposer=name,
                     k=k,
-                    speedup=plain_s / c["s"],
-                    tokens_per_call=n_tok / c["calls"],
+                    speedup=(c["n"] / c["s"]) / (plain_n / plain_s),
+                    tokens_per_call=c["n"] / max(c["calls"], 1),
                     # accepted over drafted: not the acceptance rate alpha (a proposal's drafts
                     # after its first rejection count as drafted but were never tried)
                     accepted_share=c["acc"] / max(c["drafted"], 1),
-                    plain_tok_s=n_tok / plain_s,
-                    spec_tok_s=n_tok / c["s"],
+                    plain_tok_s=plain_n / plain_s,
+                    spec_tok_s=c["n"] / c["s"],
+                    tokens=c["n"],
                 )
                 if T == 0:
                     row["identical"] = c["same"]
@@ -112,17 +132,20 @@ def proposer_speedups(
     return rows
 
 
-def grounding(model, tok, prompts: list[str], *, max_new_tokens: int = 64, n: int = 4) -> list:
+def grounding(
+    model, tok, prompts: list[str], *, max_new_tokens: int = 64, n: int = 4, progress=None
+) -> list:
     """For each prompt, the share of the model's plain greedy answer (up to its end of turn,
     at most ``max_new_tokens`` tokens) that lies in runs of ``n`` tokens found in the prompt:
-    how much of the answer the prompt grounds (``llm.prompts`` chose its grounded set by it)."""
-    end = tok.encode("<|im_end|>")[0]
+    how much of the answer the prompt grounds (``llm.prompts`` chose its grounded set by it).
+    ``progress()``, if given, is called after each prompt."""
     shares = []
     for text in prompts:
         ids = _chat(tok, text)
-        answer = decoding.generate(model, ids, max_new_tokens, temperature=0)[ids.numel() :]
-        a = answer.tolist()
-        a = a[: a.index(end)] if end in a else a
+        answer = decoding.generate(
+            model, ids, max_new_tokens, temperature=0, stop_ids=tok.stop_ids
+        )[ids.numel() :]
+        a = [t for t in answer.tolist() if t not in tok.stop_ids]
         p = ids.tolist()
         runs = {tuple(p[j : j + n]) for j in range(len(p) - n + 1)}
         covered = set()
@@ -130,6 +153,8 @@ def grounding(model, tok, prompts: list[str], *, max_new_tokens: int = 64, n: in
             if tuple(a[j : j + n]) in runs:
                 covered.update(range(j, j + n))
         shares.append(round(len(covered) / max(len(a), 1), 3))
+        if progress is not None:
+            progress()
     return shares
 
 
@@ -143,14 +168,14 @@ def best_k(rows: list[dict]) -> list[dict]:
     return list(best.values())
 
 
-def _hf_greedy(hf, ids, n, **kw):
+def _hf_greedy(hf, ids, n, stop_ids, **kw):
     with torch.inference_mode():
         out = hf.generate(
             ids[None],
             attention_mask=torch.ones_like(ids[None]),
             max_new_tokens=n,
-            min_new_tokens=n,
             do_sample=False,
+            eos_token_id=list(stop_ids),
             pad_token_id=2,
             **kw,
         )
@@ -165,11 +190,14 @@ def hf_race(
     k: int = 8,
     clock=time.perf_counter,
     model=None,
+    progress=None,
 ) -> dict:
     """``{"hf": {...}, "llama_cpp": {...}}``: each side's plain and prompt-lookup tokens/s on
-    ``prompts`` (greedy, ``max_new_tokens`` each, interleaved prompt by prompt), its speedup
-    over its own plain decoding and whether its speculative texts equal its plain ones. A
-    side that is not installed is ``{"skipped": reason}``."""
+    ``prompts`` (greedy, at most ``max_new_tokens`` each, ending at the end of turn,
+    ``tok.stop_ids``; interleaved prompt by prompt), its speedup over its own plain decoding
+    and whether its speculative texts equal its plain ones. A side that is not installed is
+    ``{"skipped": reason}``. ``progress()``, if given, is called after each prompt of each."""
+    stop = tok.stop_ids
     from ..llm import distill, gguf_path
 
     out: dict = {}
@@ -179,17 +207,21 @@ def hf_race(
         out["hf"] = {"skipped": f"transformers is not installed ({e}): pip install -e '.[hf]'"}
     else:
         plain = spec = 0.0
+        n = 0
         same = True
         for text in prompts:
             ids = _chat(tok, text)
             t0 = clock()
-            a = _hf_greedy(hf, ids, max_new_tokens)
+            a = _hf_greedy(hf, ids, max_new_tokens, stop)
             t1 = clock()
-            b = _hf_greedy(hf, ids, max_new_tokens, prompt_lookup_num_tokens=k)
+            b = _hf_greedy(hf, ids, max_new_tokens, stop, prompt_lookup_num_tokens=k)
             spec += clock() - t1
             plain += t1 - t0
+            n += a.numel()
             same &= bool(torch.equal(a, b))
-        n = max_new_tokens * len(prompts)
+            if progress is not None:
+                progress()
+        # the same tokens in both when identical (greedy): a ratio of times
         out["hf"] = dict(
             plain_tok_s=n / plain, lookup_tok_s=n / spec, speedup=plain / spec, identical=same
         )
@@ -214,6 +246,7 @@ def hf_race(
         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k),
     )
     plain = spec = 0.0
+    n = 0
     same = True
     for text in prompts:
         ids = tok.apply_chat_template([{"role": "user", "content": text}])
@@ -224,7 +257,7 @@ def hf_race(
             toks = []
             for t in m.generate(ids, top_k=1, temp=0.0, reset=True):
                 toks.append(t)
-                if len(toks) == max_new_tokens:
+                if len(toks) == max_new_tokens or t in stop:
                     break
             dt = clock() - t0
             texts.append(toks)
@@ -233,7 +266,9 @@ def hf_race(
             else:
                 spec += dt
         same &= texts[0] == texts[1]
-    n = max_new_tokens * len(prompts)
+        n += len(texts[0])
+        if progress is not None:
+            progress()
     out["llama_cpp"] = dict(
         plain_tok_s=n / plain, lookup_tok_s=n / spec, speedup=plain / spec, identical=same
     )

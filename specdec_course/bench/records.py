@@ -26,7 +26,15 @@ __all__ = [
     "save_record",
     "load_record",
     "save_figure",
+    "LOAD_BOUND",
+    "load_average",
+    "load_header",
 ]
+
+# How far the 1-minute load average may move during a timed run before its record says that
+# its timings are not comparable: one busy core's worth, on the course's 2-core machine half
+# of it.
+LOAD_BOUND = 1.0
 
 
 def slug(name: str) -> str:
@@ -84,6 +92,31 @@ def save_figure(draw, path, **savefig) -> Path:
     fig.savefig(path, **{"dpi": 100, **savefig})
     plt.close(fig)
     return Path(path)
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the system does not report one)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def load_header(start: float | None, end: float | None, bound: float = LOAD_BOUND) -> dict:
+    """A record's header fields for the load at the start and end of a run: ``load_average``
+    ``{start, end, bound}``, ``load_changed`` (True when it moved by more than ``bound``) and,
+    when it did, a ``warning`` saying the timings are not comparable."""
+    changed = start is not None and end is not None and abs(end - start) > bound
+    head: dict = {
+        "load_average": {"start": start, "end": end, "bound": bound},
+        "load_changed": changed,
+    }
+    if changed:
+        head["warning"] = (
+            f"the load average moved from {start:.2f} to {end:.2f} during the run (more than "
+            f"{bound:g}): other work competed for the CPU, so these timings are not a result"
+        )
+    return head
 
 
 def load_record(file_name: str, command: str, directory: str | Path | None = None) -> dict:

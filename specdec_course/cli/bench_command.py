@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import torch
-
-from ..devices import set_threads
-from . import bench_llm, bench_models
+from . import bench_llm, bench_models, set_threads
 from .bench_models import add_out as _add_out
 from .bench_models import checked
 
@@ -20,10 +17,10 @@ def add_parser(sub) -> None:
         help="benchmarks, reported as ratios measured in one run",
         description="Benchmarks, reported as ratios measured in one run. "
         "Run `specdec-course bench speedup --help` (or verifier, gpu, beyond, eagle, hf, "
-        "roofline) for each one.",
+        "roofline, llm) for each one.",
     )
     what = p.add_subparsers(
-        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,hf,roofline}"
+        dest="what", required=True, metavar="{speedup,verifier,gpu,beyond,eagle,hf,roofline,llm}"
     )
     s = what.add_parser(
         "speedup",
@@ -179,6 +176,8 @@ def _gpu(args) -> int:
 
 
 def _verifier(args) -> int:
+    import torch
+
     from .. import bench
 
     if not torch.cuda.is_available():
@@ -302,6 +301,8 @@ def _eagle(args) -> int:
 
 def _beyond(args) -> int:
     """Dynamic k, the batch-size regime and block verification on this CPU (lessons 08, 09)."""
+    import torch
+
     from .. import bench
     from ..data import CharTokenizer
     from ..drafts.distilled import load_distilled

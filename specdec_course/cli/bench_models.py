@@ -4,7 +4,7 @@ writes (``--record`` or a scratch folder) and its arguments checked before it me
 
 from __future__ import annotations
 
-from ..devices import set_threads
+from . import set_threads
 
 
 def checked(args) -> None:
@@ -94,9 +94,27 @@ def _hf(args) -> int:
     return 0
 
 
-def add_roofline(what, run) -> None:
-    from ..bench import DEFAULT_CONTEXT, GPUS, SHAPES
+class LazyChoices:
+    """``choices`` read from the package only when an argument is checked or a help printed:
+    the names live in ``bench.roofline``, whose import takes torch (seconds), and building the
+    parser must not."""
 
+    def __init__(self, name: str):
+        self.name = name
+
+    def _names(self):
+        from .. import bench
+
+        return sorted(getattr(bench, self.name))
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, value) -> bool:
+        return value in self._names()
+
+
+def add_roofline(what, run) -> None:
     r = what.add_parser(
         "roofline",
         help="a MODEL, not a measurement: a GPU call priced by bytes and flops, and the "
@@ -109,14 +127,34 @@ def add_roofline(what, run) -> None:
         "stored in data/results/ (speedup_cpu.json, eagle_cpu.json). Where a GPU record is "
         "stored (tools/gpu_check.sh), it says so: that one is measured.",
     )
-    r.add_argument("--gpu", choices=sorted(GPUS), default="h200", help="whose published peaks")
-    r.add_argument("--target", choices=sorted(SHAPES), default="llama-3-8b", help="target shape")
+    gpus, shapes = LazyChoices("GPUS"), LazyChoices("SHAPES")
     r.add_argument(
-        "--draft", choices=sorted(SHAPES), default="llama-3.2-1b", help="the draft model's shape"
+        "--gpu",
+        choices=gpus,
+        metavar="GPU",
+        default="h200",
+        help="whose published peaks: %(choices)s",
+    )
+    r.add_argument(
+        "--target",
+        choices=shapes,
+        metavar="SHAPE",
+        default="llama-3-8b",
+        help="target shape: %(choices)s",
+    )
+    r.add_argument(
+        "--draft",
+        choices=shapes,
+        metavar="SHAPE",
+        default="llama-3.2-1b",
+        help="the draft model's shape (as --target)",
     )
     r.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64], help="batch sizes")
     r.add_argument(
-        "--context", type=int, default=DEFAULT_CONTEXT, help="tokens already cached per row"
+        "--context",
+        type=int,
+        default=None,
+        help="tokens already cached per row (default: bench.roofline.DEFAULT_CONTEXT, 1024)",
     )
     r.add_argument("--overhead-us", type=float, default=0.0, help="fixed cost per call, in us")
     r.add_argument("--temperature", type=float, default=1.0, help="whose stored acceptance")
@@ -127,6 +165,8 @@ def roofline(args) -> int:
     """The roofline model's table (bench.roofline_methods.format_roofline_report)."""
     from .. import bench
 
+    if args.context is None:
+        args.context = bench.DEFAULT_CONTEXT
     print(
         bench.format_roofline_report(
             gpu=args.gpu,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..devices import set_threads
+from . import set_threads
 
 
 def add_parser(sub) -> None:
