@@ -36,6 +36,14 @@ _SKIP = _why_skip()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _kernel_cache(tmp_path_factory):
+    """The kernel choice (``llm.kernels``) is cached in a temporary directory, not the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def llm32():
     from specdec_course import llm
@@ -539,15 +547,19 @@ def test_missing_extra_names_the_install_command(monkeypatch):
         tokenizer.GGUFTokenizer({})
 
 
-@pytest.mark.skipif(
+_NO_ONEDNN = pytest.mark.skipif(
     not __import__("specdec_course.llm.packed", fromlist=["x"]).can_pack(torch.float32),
     reason="this torch has no oneDNN",
 )
-def test_float32_split_products_take_aten_for_few_rows_and_onednn_for_more():
-    """``llm.packed.SplitLinear`` is ``F.linear`` on the same weight: bit for bit at up to
-    ``ATEN_ROWS`` rows (the same ATen call), to float32's rounding above (oneDNN's packed
-    product); ``llm.load(torch.float32)`` splits every block's products and the head, and
-    counts each weight once."""
+
+
+@_NO_ONEDNN
+def test_float32_split_products_take_the_kernel_named_for_their_size():
+    """``llm.packed.SplitLinear`` is ``F.linear`` on the same weight: bit for bit through
+    ``"aten"`` (the same ATen call), to float32's rounding through oneDNN (``"packed"``, and
+    ``"packed2"``, which sends a one-row call as two rows); ``force`` sets the kernel, as a
+    call or a context manager, and refuses an unknown one; ``llm.load(torch.float32)`` splits
+    every block's products and the head, and counts each weight once."""
     from torch.nn import functional as F
 
     from specdec_course import llm
@@ -557,17 +569,148 @@ def test_float32_split_products_take_aten_for_few_rows_and_onednn_for_more():
     w = torch.nn.Parameter(torch.randn(96, 64, generator=g), requires_grad=False)
     lin = packed.SplitLinear(w)
     assert lin.weight is w
-    for rows in range(1, packed.ATEN_ROWS + 1):
+    for rows in (1, 2, 3, 4, 9):
         x = torch.randn(1, rows, 64, generator=g)
-        assert torch.equal(lin(x), F.linear(x, w))
-    for rows in (packed.ATEN_ROWS + 1, 9):
-        x = torch.randn(1, rows, 64, generator=g)
-        assert torch.allclose(lin(x), F.linear(x, w), rtol=1e-5, atol=1e-5)
+        with packed.force("aten"):
+            assert packed.kernel_for(rows) == "aten"
+            assert torch.equal(lin(x), F.linear(x, w))
+        for kernel in ("packed", "packed2"):
+            with packed.force(kernel):
+                y = lin(x)
+            assert y.shape == (1, rows, 96)
+            assert torch.allclose(y, F.linear(x, w), rtol=1e-5, atol=1e-5)
+    previous = packed._choice.forced
+    packed.force("packed")
+    try:
+        assert packed.kernel_for(1) == "packed"
+    finally:
+        packed.force(previous)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        packed.force("mkl")
     m32, _ = llm.load(torch.float32)
     assert isinstance(m32.layers[0].attention.wqkv, packed.SplitLinear)
     assert isinstance(m32.head_product, packed.SplitLinear)
     assert m32.head_product.weight is m32.lm_head.weight
     assert m32.num_parameters() == 134_515_008
+
+
+def test_the_kernel_rule_keeps_one_row_invariant_kernel_for_every_size():
+    """``llm.kernels``' rule on made-up costs: where a kernel is row-invariant, the cheapest
+    such kernel serves every size, even where another is cheaper at some sizes; where none
+    is, each size takes its cheapest."""
+    from specdec_course.llm import kernels
+
+    n = len(kernels.SIZES)
+    seconds = {"aten": [1.0] * n, "packed": [2.0] * n, "packed2": [3.0] * n}
+    seconds["aten"][3] = 9.0
+    table, _ = kernels._choose(seconds, {"aten": False, "packed": True, "packed2": True})
+    assert table == ["packed"] * n
+    table, _ = kernels._choose(seconds, {"aten": False, "packed": False, "packed2": True})
+    assert table == ["packed2"] * n
+    table, rule = kernels._choose(seconds, {"aten": False, "packed": False, "packed2": False})
+    assert table == ["aten"] * 3 + ["packed"] + ["aten"] * (n - 4)
+    assert "cheapest for each size" in rule
+
+
+@_NO_ONEDNN
+def test_the_kernel_choice_is_measured_once_and_cached_per_machine(llm32, tmp_path, monkeypatch):
+    """``llm.kernels.calibrate`` measures on this machine where its cache has no entry for the
+    machine key (CPU, torch, threads, dtype), writes the record under ``SPECDEC_CACHE_DIR``,
+    and reads it back the next time; the table names a kernel for each size from 1 to 16 and
+    follows the rule (one row-invariant kernel for every size where there is one)."""
+    from specdec_course.llm import kernels, packed
+
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
+    model, _ = llm32
+    first = kernels.calibrate(model)
+    assert not first["cached"]
+    assert kernels.cache_file() == tmp_path / "kernels.json"
+    assert kernels.cache_file().is_file()
+    assert first["key"] == kernels.machine_key(torch.float32)
+    assert torch.__version__ in first["key"]
+    assert f"{torch.get_num_threads()} threads" in first["key"]
+    table = first["table"]
+    assert len(table) == 16 and set(table) <= set(packed.KERNELS)
+    if any(first["invariant"].values()):
+        assert len(set(table)) == 1 and first["invariant"][table[0]]
+    again = kernels.calibrate(model)
+    assert again["cached"] and again["table"] == table
+    assert kernels.current()["table"] == table
+    assert [packed.kernel_for(T) for T in range(1, 17)] == table
+    assert packed.kernel_for(300) == table[-1]
+
+
+def _logits_by_calls(model, ids, context: int, sizes) -> torch.Tensor:
+    """The logits of ``ids[context:]`` fed after ``ids[:context]`` in calls of ``sizes``."""
+    step = model.lean_step()
+    cache = step.new_cache()
+    out, i = [], context
+    with torch.inference_mode():
+        step.feed(ids[:context], cache)
+        for T in sizes:
+            o = torch.empty(T, model.config.vocab_size)
+            step.step(ids[i : i + T], cache, o)
+            out.append(o)
+            i += T
+    return torch.cat(out)
+
+
+@_NO_ONEDNN
+def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
+    """With every kernel this CPU found row-invariant (``llm.kernels``; the calibrated choice
+    is one of them where there is one), a token's logits are the same bits whether its call
+    scores 1, 3, 4, 5 or 9 tokens: what makes greedy speculative text plain greedy text by
+    construction (each token's attention is its own call, ``llm.llama``)."""
+    from specdec_course.llm import kernels, packed
+
+    model, tok = llm32
+    exact = [k for k, ok in kernels.current()["invariant"].items() if ok]
+    if not exact:
+        pytest.skip("no float32 product on this CPU is row-invariant (llm.kernels)")
+    ids = torch.tensor(tok.encode(" ".join(TEXTS)))[:31]
+    assert ids.numel() == 31
+    assert kernels.current()["table"][0] in exact  # the calibrated choice is one of them
+    for kernel in exact:
+        with packed.force(kernel):
+            one = _logits_by_calls(model, ids, 22, [1] * 9)
+            for sizes in ([3] * 3, [5, 4], [9]):
+                assert torch.equal(_logits_by_calls(model, ids, 22, sizes), one), (kernel, sizes)
+
+
+@_NO_ONEDNN
+@pytest.mark.parametrize("kernel", [None, "aten", "packed", "packed2"])
+def test_greedy_feature_draft_equals_greedy_generate_with_each_kernel(llm32, kernel):
+    """Greedy speculative text is plain greedy text with the calibrated kernel choice
+    (``None``) and with each kernel forced for every call (16 tokens, the feature draft,
+    k = 4: calls of 1 to 5 tokens)."""
+    from specdec_course import llm
+    from specdec_course.llm import packed
+
+    model, tok = llm32
+    prompt = torch.tensor(tok.apply_chat_template([{"role": "user", "content": "Name a fruit."}]))
+    with packed.force(kernel):
+        ref = decoding.generate(model, prompt, 16, temperature=0)
+        draft = llm.proposers(model)["feature_draft"]
+        out, st = decoding.speculative_generate(model, draft, prompt, 16, k=4, temperature=0)
+    assert torch.equal(out, ref), (kernel, tok.decode(out[prompt.numel() :]))
+    assert st.target_calls < 16
+
+
+def test_call_costs_time_each_size(llm32):
+    """``llm.call_costs`` returns a median time for each call size asked (no time is asserted
+    beyond being positive), and refuses sizes, repeats and contexts it cannot time."""
+    from specdec_course import llm
+
+    model, _ = llm32
+    costs = llm.call_costs(model, sizes=(1, 3), context=8, repeats=1)
+    assert sorted(costs) == [1, 3]
+    assert all(s > 0 for s in costs.values())  # load-independent: a duration is positive
+    with pytest.raises(ValueError, match="sizes"):
+        llm.call_costs(model, sizes=(0, 2))
+    with pytest.raises(ValueError, match="repeats"):
+        llm.call_costs(model, repeats=0)
+    with pytest.raises(ValueError, match="context"):
+        llm.call_costs(model, context=model.config.block_size)
 
 
 def test_the_bench_rows_count_tokens_calls_and_drafts(llm32):

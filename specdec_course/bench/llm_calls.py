@@ -2,10 +2,12 @@
 
 - :func:`call_costs`: one cached call scoring ``T`` new tokens after a ``context``-token
   prefix, for several models, interleaved round-robin (one call of each model and size per
-  round; the median per cell kept), as ratios ``T(k) / T(1)``. SmolLM2 reads about 270 MB
-  (bfloat16) or 540 MB (float32) of weights per call whatever ``T``: its curve stays nearly
-  flat, the memory-bound regime speculative decoding is for. The character target's weights
-  fit in the CPU's caches; its calls cost the ops they dispatch and grow with ``T``.
+  round; the median per cell kept; the timer is ``llm.costs.call_timer``, as in
+  ``llm.call_costs``, the one-model curve lesson 11 draws), as ratios ``T(k) / T(1)``.
+  SmolLM2 reads about 270 MB (bfloat16) or 540 MB (float32) of weights per call whatever
+  ``T``: its curve stays nearly flat, the memory-bound regime speculative decoding is for.
+  The character target's weights fit in the CPU's caches; its calls cost the ops they
+  dispatch and grow with ``T``.
 - :func:`dtype_costs`: the same call in float32 and bfloat16 at 1 and 2 threads (how
   ``llm.loading.default_dtype`` was chosen).
 - every proposer's speedup, and the race against Hugging Face and llama.cpp:
@@ -19,33 +21,9 @@ import time
 
 import torch
 
-from .. import devices
-from ..fast import lean_step
+from ..llm.costs import call_timer
 
 __all__ = ["call_costs", "dtype_costs"]
-
-
-def _timer(model, n_new: int, context: int, clock):
-    """A function that times one cached call of ``model``'s loop step over ``n_new`` tokens
-    after ``context`` cached ones (the cache cropped back before each), by ``clock``."""
-    ids = torch.randint(
-        model.config.vocab_size, (context + n_new,), generator=torch.Generator().manual_seed(0)
-    )
-    step = lean_step(model)
-    cache = step.new_cache()
-    with torch.inference_mode():
-        step.feed(ids[:context], cache)
-    new, out = ids[context:], torch.empty(n_new, model.config.vocab_size)
-
-    @devices.with_native_cpu_kernels
-    @torch.inference_mode()
-    def once() -> float:
-        cache.crop(context)
-        t0 = clock()
-        step.step(new, cache, out)
-        return clock() - t0
-
-    return once
 
 
 def call_costs(
@@ -65,12 +43,12 @@ def call_costs(
     ``progress()``, if given, is called after each of the ``repeats + 1`` rounds."""
     sizes = list(sizes)
     ctx = {n: min(context, m.config.block_size - max(sizes)) for n, m in models.items()}
-    timers = {n: [_timer(m, T, ctx[n], clock) for T in sizes] for n, m in models.items()}
+    timers = {n: call_timer(m, ctx[n], max(sizes), clock) for n, m in models.items()}
     runs = {n: [[] for _ in sizes] for n in models}
     for r in range(repeats + 1):
-        for n, ts in timers.items():
-            for i, once in enumerate(ts):
-                s = once()
+        for n, once in timers.items():
+            for i, T in enumerate(sizes):
+                s = once(T)
                 if r:  # the first round warms allocator and caches
                     runs[n][i].append(s)
         if progress is not None:
@@ -96,15 +74,15 @@ def dtype_costs(
     ``{"float32": m32, "bfloat16": m16}``) at each thread count, interleaved; ``progress()``
     is called after each round."""
     before = torch.get_num_threads()
-    timers = {n: {T: _timer(m, T, context, clock) for T in sizes} for n, m in models.items()}
+    timers = {n: call_timer(m, context, max(sizes), clock) for n, m in models.items()}
     runs = {(n, th): {T: [] for T in sizes} for n in models for th in threads}
     try:
         for r in range(repeats + 1):
             for th in threads:
                 torch.set_num_threads(th)
-                for n, ts in timers.items():
-                    for T, once in ts.items():
-                        s = once()
+                for n, once in timers.items():
+                    for T in sizes:
+                        s = once(T)
                         if r:
                             runs[n, th][T].append(s)
             if progress is not None:

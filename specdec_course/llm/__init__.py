@@ -10,6 +10,9 @@
 - :func:`gguf_summary`, :func:`find_greedy_mismatch` (``llm.demos``): what lesson 11 shows of
   the file and of bfloat16's broken greedy identity.
 - ``llm.prompts.PROMPT_SETS``: the bench's three prompt sets (grounded, chat, code).
+- :func:`call_costs` -> ``{T: seconds}``: what one cached call scoring ``T`` tokens costs on
+  this machine (``llm.costs``); which float32 product serves each ``T`` is measured at load
+  (``llm.kernels``; ``llm.packed.force`` overrides it).
 
 ``decoding.generate`` and ``decoding.speculative_generate`` take the model unchanged.
 Nothing else in the package imports this subpackage; it needs ``pip install -e '.[llm]'`` and
@@ -18,6 +21,7 @@ Nothing else in the package imports this subpackage; it needs ``pip install -e '
 
 from __future__ import annotations
 
+from .costs import call_costs
 from .demos import GreedyMismatch, find_greedy_mismatch, gguf_summary
 from .draft import FeatureDraft, FeatureDraftProposer, load_draft
 from .gguf_load import INSTALL, gguf_path
@@ -36,6 +40,7 @@ __all__ = [
     "LlamaConfig",
     "PromptLookup",
     "STOP_BELOW",
+    "call_costs",
     "default_dtype",
     "find_greedy_mismatch",
     "gguf_path",

@@ -122,7 +122,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(config.n_embd, config.n_embd + 2 * kv, bias=False)
         self.wo = nn.Linear(config.n_embd, config.n_embd, bias=False)
 
-    def forward(self, x, cos, sin, cache: LlamaCache, layer: int, mask):
+    def forward(self, x, cos, sin, cache: LlamaCache, layer: int):
         B, T, C = x.shape
         nh, hd = self.n_head, self.hd
         qkv = self.wqkv(x).unflatten(-1, (-1, hd))  # [B, T, 9 + 3 + 3 heads, hd]
@@ -135,10 +135,20 @@ class Attention(nn.Module):
         ck, cv = cache.k[layer], cache.v[layer]  # [B, n_kv_head, capacity, hd]
         ck[:, :, start:end] = k
         cv[:, :, start:end] = v
-        # Grouped-query attention: query head h reads key/value head h // 3.
-        y = F.scaled_dot_product_attention(
-            q, ck[:, :, :end], cv[:, :, :end], attn_mask=mask, enable_gqa=True
-        )
+        # Grouped-query attention: query head h reads key/value head h // 3. Each new token
+        # attends in a call of its own, over the keys up to its position: the call a one-token
+        # step makes, so a token's result does not depend on how many tokens its call scores
+        # (one fused call sums over the keys in blocks that depend on that number).
+        rows = [
+            F.scaled_dot_product_attention(
+                q[:, :, i : i + 1],
+                ck[:, :, : start + i + 1],
+                cv[:, :, : start + i + 1],
+                enable_gqa=True,
+            )
+            for i in range(T)
+        ]
+        y = rows[0] if T == 1 else torch.cat(rows, dim=2)
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -162,8 +172,8 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(config.n_embd, config.norm_eps)
         self.feed_forward = FeedForward(config)
 
-    def forward(self, x, cos, sin, cache, layer, mask):
-        x = x + self.attention(self.attention_norm(x), cos, sin, cache, layer, mask)
+    def forward(self, x, cos, sin, cache, layer):
+        x = x + self.attention(self.attention_norm(x), cos, sin, cache, layer)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -235,14 +245,10 @@ class Llama(nn.Module):
         """Unchecked ``hidden_states`` with a cache (the loops' step calls it)."""
         T = idx.shape[1]
         start = cache.length
-        mask = None  # one new token sees every cached one
-        if T > 1:  # position start + i sees keys 0 .. start + i
-            pos = torch.arange(start + T, device=idx.device)
-            mask = pos[None, :] <= pos[start:, None]
         cos, sin = self.rope_cos[start : start + T], self.rope_sin[start : start + T]
         x = self.tok_embeddings(idx).to(self.compute_dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i, mask)
+            x = layer(x, cos, sin, cache, i)
         cache.length = start + T
         return self.norm(x)
 

@@ -1,27 +1,25 @@
 """``llm.load``: the course's Llama with SmolLM2's weights and tokenizer, once per process.
 
-The weight dtype, chosen by measurement: float32. A decode step reads every weight, so
-bfloat16 (270 MB instead of 540 MB) should make a memory-bound step cheaper where the CPU
-multiplies bfloat16 natively, and it does through oneDNN's packed product (``llm.packed``; ATen's
-own bfloat16 product at a few rows is compute-bound and grows with every row). On the
-course's 2-core machine (Intel Xeon, AVX512-BF16, torch 2.13; one cached call after a
-300-token context, 2 threads, oneDNN off as the loops run): float32 28-30 ms for 1 token and
-64 ms for 9; bfloat16 through ATen 28 and 111 ms; bfloat16 packed 26 and 43 ms. float32 now
-takes oneDNN's packed product too, from four rows on (``packed.SplitLinear``): on one thread
-52 ms for 1 token and 82 ms for 9, where ATen alone took 121 ms for 9.
+The weight dtype: float32. A decode step reads every weight, so bfloat16 (270 MB instead of
+540 MB) should make a memory-bound step cheaper where the CPU multiplies bfloat16 natively,
+and it does through oneDNN's packed product (``llm.packed``; ATen's own bfloat16 product at a
+few rows is compute-bound and grows with every row). On the course's 2-core Intel Xeon
+(AVX512-BF16, torch 2.13; one cached call after a 300-token context, 2 threads): float32 28-30
+ms for 1 token and 64 ms for 9; bfloat16 through ATen 28 and 111 ms; bfloat16 packed 26 and
+43 ms. ``bench llm`` measures both dtypes on the machine it runs on. Which float32 product
+serves each call size is measured at load, on this machine (``llm.kernels``).
 
 bfloat16 is still not the default, for exactness: a call scoring k + 1 tokens must give each
 token the logits a call of one gives it, or greedy speculative decoding drifts from plain
-greedy decoding at near-ties. Neither oneDNN's product (a one-row product takes another
-kernel than a several-row one, for some inputs) nor ATen's attention (the sums run over the
-keys in blocks that depend on how many there are) keeps a row's result independent of the
-rows beside it. In float32 the difference is a few units in the last place of 24 bits and
-never changed a greedy token on the bench's prompts (``bench llm`` checks every run); in
-bfloat16 the activations keep 8 bits and the same differences changed the greedy text in
-44 of 108 bench runs of 64 tokens (every prompt set, both drafts, k = 2, 4, 8). llama.cpp
-shows the same on its quantised weights (Q4_1: 5 bits a weight with its block's scale and
-minimum; its prompt-lookup greedy text differs from its plain
-greedy text). ``load(torch.bfloat16)`` gives the faster model for sampling, where only the
+greedy decoding at near-ties. In float32 the model gives that bit for bit where this CPU has a
+row-invariant product (``llm.kernels`` checks it; each token's attention is its own call,
+``llm.llama``); where it has none, the difference is a few units in the last place of 24 bits.
+In bfloat16 the activations keep 8 bits, and oneDNN's one-row and several-row kernels differ:
+the greedy text changed in 44 of 108 bench runs of 64 tokens (every prompt set, both drafts,
+k = 2, 4, 8; measured with fused attention, before each token's attention was its own
+call). llama.cpp shows the same on its quantised weights (Q4_1: 5 bits a weight with its
+block's scale and minimum; its prompt-lookup greedy text differs from its plain greedy
+text). ``load(torch.bfloat16)`` gives the faster model for sampling, where only the
 law matters, and for measuring.
 """
 
@@ -41,15 +39,15 @@ _loaded: dict = {}
 
 def default_dtype() -> torch.dtype:
     """float32: bfloat16 is faster where the CPU multiplies it natively (``packed.native_bf16``)
-    but a call of k + 1 tokens does not reproduce a call of one bit for bit, and greedy
+    but its call of k + 1 tokens does not reproduce a call of one bit for bit, and greedy
     speculative text drifts from plain greedy text (the module docstring)."""
     return torch.float32
 
 
 def build(config: dict, tensors: dict, dtype: torch.dtype) -> Llama:
     """A ``Llama`` from ``gguf_load.read_gguf``'s config and float32 tensors, its products
-    packed for oneDNN where it runs here (``packed.pack``: all of them in bfloat16, those of
-    more than three rows in float32)."""
+    packed for oneDNN where it runs here (``packed.pack``: in float32 with the kernel for each
+    call size measured on this machine, ``llm.kernels``)."""
     cfg = LlamaConfig(**config)
     model = Llama(cfg, compute_dtype=dtype)
     state = {}

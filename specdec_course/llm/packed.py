@@ -1,30 +1,31 @@
 """The Llama's speed path on a CPU: its products through oneDNN with packed weights.
 
 A decode step of SmolLM2 is ~120 matrix products of a few rows (the tokens scored) by a
-weight matrix. On a CPU, ATen's own bfloat16 product at a few rows is compute-bound and grows
-with every row; oneDNN's (the library ``torch.ops.mkldnn`` calls) reads a weight laid out
-once, at load time, in the blocks its kernel wants, and uses the CPU's bfloat16 dot-product
-instructions (AVX512-BF16, AMX, ARM's BF16). This module swaps the blocks' ``nn.Linear``
-for :class:`PackedLinear` and packs the tied head: the same arithmetic on the same weights,
-so ``model.py`` stays the plain Llama (as gpt-fast's ``quantize.py`` swaps its Linear layers
-for int8 ones beside ``model.py``).
+weight matrix. oneDNN (the library ``torch.ops.mkldnn`` calls) reads a weight laid out once,
+at load time, in the blocks its kernel wants; in bfloat16 it uses the CPU's bfloat16
+dot-product instructions (AVX512-BF16, AMX, ARM's BF16), where ATen's own bfloat16 product at
+a few rows is compute-bound and grows with every row. This module swaps the blocks'
+``nn.Linear`` for :class:`PackedLinear` (bfloat16) or :class:`SplitLinear` (float32) and packs
+the tied head: the same arithmetic on the same weights, so ``llama.py`` stays the plain Llama
+(as gpt-fast's ``quantize.py`` swaps its Linear layers beside ``model.py``).
 
-Measured on the course's 2-core CPU (Intel Xeon, AVX512-BF16, torch 2.13), one cached call
-after a 300-token context, 2 threads: ATen's bfloat16 path (the loops run with oneDNN off)
-took 28 ms for 1 token and 111 ms for 9; packed, 26 and 43 ms; float32, 30 and 64 ms.
-``llm.loading``'s docstring says why float32 stays the default all the same (a row's result
-depends on the rows beside it, and bfloat16 makes that visible in greedy text).
+**float32: which kernel serves a call of T rows is measured here** (``llm.kernels``, once per
+machine, cached on disk). The candidates (:data:`KERNELS`):
 
-float32 takes both paths, by the number of rows: ATen's (MKL's) product is the fastest at one
-to three rows, the calls of plain decoding; from four rows on, the verification calls of
-speculative decoding, MKL switches to a kernel that adds about 8 ms a row (a sixth of a
-one-row call), and oneDNN's packed product, about 3. Measured on the
-course's 2-core CPU, one thread, the whole model after a 300-token context (``bench llm``
-records it as ``call_costs``): ATen 52 ms for 1 token, 84 for 4 and 121 for 9; packed 56, 64
-and 82. :class:`SplitLinear` keeps both copies of the weights (twice the memory: 1.1 GB
-instead of 540 MB) to give each call the cheaper one. The two kernels sum in other orders, a
-few units in the last place of float32, as ATen's own one-row and several-row kernels already
-do (``llm.loading``'s docstring).
+- ``"aten"``: ``F.linear`` (MKL's product): a one-row kernel, another for two or three rows and
+  another from four rows on (on the course's AMD EPYC a call of 2 or 3 rows cost twice a call
+  of 1, and 2.5 times a call of 4);
+- ``"packed"``: oneDNN's product on the packed weight;
+- ``"packed2"``: the same, a one-row call sent as two copies of the row (oneDNN may take
+  another kernel for one row: on the EPYC, for the 1536-wide ``w2`` only).
+
+Greedy speculative text equals plain greedy text when a row's logits do not depend on how many
+rows its call holds (the verification call scores k + 1 rows, plain decoding one). A kernel
+gives that only if every call size reduces a row in the same order; ``llm.kernels`` checks it
+bit for bit on this CPU, and where one kernel does, every call size takes it (mixing two
+kernels would not: they sum in different orders). Where none does, each call size takes the
+cheapest, and rows differ from a one-row call by a few units in float32's last place.
+:func:`force` overrides the choice (tests, and the lesson that shows it).
 """
 
 from __future__ import annotations
@@ -33,7 +34,18 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-__all__ = ["PackedLinear", "SplitLinear", "ATEN_ROWS", "can_pack", "native_bf16", "pack"]
+__all__ = [
+    "KERNELS",
+    "PackedLinear",
+    "SplitLinear",
+    "can_pack",
+    "force",
+    "kernel_for",
+    "native_bf16",
+    "pack",
+]
+
+KERNELS = ("aten", "packed", "packed2")
 
 
 def native_bf16() -> bool:
@@ -61,8 +73,66 @@ def can_pack(dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-# float32 products of at most this many rows go through ATen (MKL), more through oneDNN.
-ATEN_ROWS = 3
+class _Choice:
+    """The process's kernel choice: ``tables[threads][T - 1]`` names the kernel of a call of
+    ``T`` rows on that many threads (the last entry serves every longer call), ``calibrate`` a
+    function that measures it for the thread count torch has now (set by :func:`pack`),
+    ``forced`` :func:`force`'s override."""
+
+    def __init__(self):
+        self.tables: dict = {}
+        self.calibrate = None
+        self.forced: str | None = None
+
+
+_choice = _Choice()
+
+
+def _check_kernel(kernel) -> None:
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS} or None; got {kernel!r}")
+
+
+class force:
+    """Serve every float32 call with ``kernel`` (one of :data:`KERNELS`), or go back to the
+    measured choice with ``None``. A call, or a context manager that restores the previous
+    setting on exit: ``with llm.packed.force("aten"): ...``."""
+
+    def __init__(self, kernel: str | None):
+        _check_kernel(kernel)
+        self.previous = _choice.forced
+        _choice.forced = kernel
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _choice.forced = self.previous
+
+
+def set_table(table, threads: int) -> None:
+    """Install a measured choice for ``threads`` threads (``llm.kernels`` calls it): one kernel
+    name per call size, from one row up."""
+    table = tuple(table)
+    if not table:
+        raise ValueError("the kernel table needs at least one entry")
+    for k in table:
+        _check_kernel(k)
+    _choice.tables[threads] = table
+
+
+def kernel_for(rows: int) -> str:
+    """The kernel that serves a float32 call of ``rows`` rows now: the forced one, else the
+    one measured for torch's thread count (measured first, on a count not seen before)."""
+    if _choice.forced is not None:
+        return _choice.forced
+    table = _choice.tables.get(torch.get_num_threads())
+    if table is None:
+        if _choice.calibrate is None:
+            return "packed"
+        _choice.calibrate()
+        table = _choice.tables[torch.get_num_threads()]
+    return table[min(rows, len(table)) - 1]
 
 
 class PackedLinear(nn.Module):
@@ -81,9 +151,21 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed"
 
 
+def product(kernel: str, x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor):
+    """``x @ weight.T`` by ``kernel`` (``packed`` is ``weight`` as oneDNN laid it out)."""
+    if kernel == "aten":
+        return F.linear(x, weight)
+    if kernel == "packed2" and x.numel() == x.shape[-1]:  # one row: send it twice
+        two = torch.cat([x, x], dim=-2 if x.dim() > 1 else 0)
+        y = torch.ops.mkldnn._linear_pointwise(two, packed, None, "none", [], "")
+        return y.narrow(-2 if x.dim() > 1 else 0, 0, 1)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
 class SplitLinear(PackedLinear):
-    """A float32 ``nn.Linear`` without bias that takes ATen's product for a few rows (at most
-    :data:`ATEN_ROWS`) and oneDNN's packed one for more; keeps both copies of the weight."""
+    """A float32 ``nn.Linear`` without bias that keeps the weight twice, as it is (ATen's
+    product) and packed (oneDNN's), and gives each call the kernel :func:`kernel_for` names
+    for its number of rows."""
 
     def __init__(self, weight: torch.Tensor):
         super().__init__(weight)
@@ -93,15 +175,16 @@ class SplitLinear(PackedLinear):
         self.weight = weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() <= ATEN_ROWS * self.in_features:
-            return F.linear(x, self.weight)
-        return super().forward(x)
+        kernel = kernel_for(x.numel() // self.in_features)
+        return product(kernel, x, self.weight, self.packed)
 
 
 def pack(model):
     """``model`` (an ``llm.llama.Llama``) with every block's products and its head packed for
-    oneDNN: :class:`PackedLinear` in bfloat16, :class:`SplitLinear` in float32. Returns the
-    model unchanged where :func:`can_pack` is False."""
+    oneDNN: :class:`PackedLinear` in bfloat16; in float32 :class:`SplitLinear`, with the kernel
+    for each call size measured on this machine (``llm.kernels.calibrate``, read from its cache
+    where this machine measured it before). Returns the model unchanged where :func:`can_pack`
+    is False."""
     if not can_pack(model.compute_dtype) or model.lm_head.weight.device.type != "cpu":
         return model
     kind = PackedLinear if model.compute_dtype == torch.bfloat16 else SplitLinear
@@ -111,4 +194,12 @@ def pack(model):
                 if isinstance(child, nn.Linear):
                     setattr(parent, name, kind(child.weight))
     model.head_product = kind(model.head_weight)
+    if kind is SplitLinear:
+        from . import kernels
+
+        def calibrate() -> None:
+            kernels.calibrate(model)
+
+        _choice.calibrate = calibrate
+        calibrate()
     return model
