@@ -154,7 +154,8 @@ LEFT_OUT: dict[str, str] = {
     "specdec_course.grading.judge": "the judge side: references, exact laws and the checks",
     "specdec_course.cli": "the specdec-course command: a notebook calls the package, not it",
     "specdec_course.hf": "the export to transformers (lesson 10), which the sandbox shadows",
-    "specdec_course.llm": "lesson 11's real model (the [llm] extra); no exercise uses it",
+    "specdec_course.llm": "lesson 11's real model (the [llm] extra) and its prompt lookup, "
+    "which is ex11's answer; ex11's SmolLM2 cell skips without it",
     "specdec_course.bench.llm_calls": "lesson 11's measurements of the real model",
     "specdec_course.bench.llm_race": "lesson 11's race, run with the real model",
 }
