@@ -55,6 +55,7 @@ HIDDEN_PACKAGES = {
     "vllm": "its rejection sampler is ex01's rule and ex05's race",
     "flashinfer": "its chain_speculative_sampling is ex01's rule",
     "sglang": "its speculative samplers are ex01's rule",
+    "llama_cpp": "its LlamaPromptLookupDecoding copies as ex11's lookup_copy does",
 }
 
 ERROR = "WithheldError"  # the type of what a withheld function raises
