@@ -2,11 +2,13 @@
 
 Exactness is tested on a tiny random target and draft over 3 symbols (1 layer, large
 weights), whose law of the next 4 symbols is an exact enumeration of 81 sequences: 6,000
-runs of the whole loop per policy, chi-square with threshold df + 10 sqrt(2 df) over the
-merged bins (df of 20 to 80: false-failure rate below 1e-8 per test, asserted). The same test
-catches a stop rule that peeks at the target's verdict on the drafts (1,500 runs put its
-statistic more than ten times over the threshold).
+runs of the whole loop per policy (k="auto"'s ``AutoK`` among them), chi-square with
+threshold df + 10 sqrt(2 df) over the merged bins (df of 20 to 80: false-failure rate below
+1e-8 per test, asserted). The same test catches a stop rule that peeks at the target's
+verdict on the drafts (1,500 runs put its statistic more than ten times over the threshold).
 """
+
+import random
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from helpers import exact_sequence_law, sequence_codes, tiny_model
 from specdec_course import decoding, stats, theory
 from specdec_course.data import CharTokenizer, load_corpus, train_val_split
 from specdec_course.decoding import ControllerK, HeuristicK
+from specdec_course.decoding.auto_k import AutoK
 from specdec_course.drafts import ModelProposer
 from specdec_course.model import load_pretrained
 
@@ -66,6 +69,38 @@ def test_an_outcome_driven_policy_with_block_verification_keeps_the_law(tiny):
     res = _law_test(target, draft, seed=1, k=3, k_policy=_Alternating(), verify="block")
     assert res.false_failure_rate < 1e-8
     assert res.passed, str(res)
+
+
+class _NoisyClock:
+    """A clock whose every reading advances by a random amount (its own random numbers, never
+    the loop's): k="auto" then sees calls whose costs jump about, so its choice moves
+    between 0 and k_max from iteration to iteration, from the past only."""
+
+    def __init__(self, seed):
+        self.rng, self.t = random.Random(seed), 0.0
+
+    def __call__(self):
+        self.t += self.rng.expovariate(1.0)
+        return self.t
+
+
+class _Counting(AutoK):
+    def observe(self, asked, *rest):
+        self.seen[asked] = self.seen.get(asked, 0) + 1
+        super().observe(asked, *rest)
+
+
+def test_auto_k_keeps_the_law_of_the_target(tiny):
+    # The same AutoK across all 6,000 runs (what it measured in one run starts the next), no
+    # hysteresis, a probe after every plain step: k changes often, and 0 (plain steps) is
+    # among the choices. False-failure rate below 1e-8 (asserted), as the module docstring says.
+    target, draft = tiny
+    auto = _Counting(clock=_NoisyClock(4), hysteresis=0.0, probe_every=1, probe_max=1)
+    auto.seen = {}
+    res = _law_test(target, draft, seed=4, k=3, k_policy=auto)
+    assert res.false_failure_rate < 1e-8
+    assert res.passed, str(res)
+    assert all(auto.seen.get(k, 0) > 500 for k in range(4)), auto.seen  # every k was used
 
 
 class _PeekingStop(ModelProposer):

@@ -11,12 +11,15 @@ Modules: ``plain`` (generate, the prompt check), ``speculative`` (the loop, as A
 and what it is given to decide once per run: ``scoring`` (how the target scores the
 drafts), ``row_verifier`` (how a row is verified), ``recorder`` (``SpecStats``, timings,
 callbacks), ``dynamic`` (how many tokens to draft: ``FixedK``, ``HeuristicK``,
-``ControllerK``); ``spec_stats`` (``SpecStats``); ``batched`` (many rows at once; its
-drafters in ``batch_drafts``). The drafts themselves (the ``Proposer`` interface, the draft
-model, n-grams, the EAGLE family) live in ``specdec_course.drafts``; the cached steps the
-loops take in ``specdec_course.fast``.
+``ControllerK``), ``auto_k`` (``k="auto"``: ``AutoK``, the k with the most expected tokens
+per second from what this machine's calls cost, 0 included), ``threads`` (one thread for
+timed runs unless told otherwise); ``spec_stats`` (``SpecStats``); ``batched`` (many rows
+at once; its drafters in ``batch_drafts``). The drafts themselves (the ``Proposer``
+interface, the draft model, n-grams, the EAGLE family) live in ``specdec_course.drafts``;
+the cached steps the loops take in ``specdec_course.fast``.
 """
 
+from .auto_k import AutoK
 from .dynamic import ControllerK, HeuristicK, KPolicy
 from .plain import caches_consistent, check_prompt, crop_caches, generate
 from .spec_stats import SpecStats
@@ -32,4 +35,5 @@ __all__ = [
     "KPolicy",
     "HeuristicK",
     "ControllerK",
+    "AutoK",
 ]

@@ -21,7 +21,8 @@ What is not the algorithm is a collaborator chosen once per run, each in its own
 - ``row_verifier``: how a row is verified (greedy; the token rule
   ``verifier.rejection_sample_row``; the block rule ``block_verifier.block_verify_row``),
   with the random numbers it consumes;
-- ``dynamic``: how many drafts to ask for (a fixed ``k``, or a ``k_policy``);
+- ``dynamic``: how many drafts to ask for (a fixed ``k``, or a ``k_policy``; ``k="auto"``:
+  ``auto_k``, from what the calls cost here);
 - ``recorder``: ``SpecStats``, the seconds per stage with ``timings`` (the prefill, draft,
   target, verify and the rest) and the ``on_iteration`` callback.
 
@@ -40,6 +41,7 @@ from ..drafts.proposer import fitted_proposer
 from ..model import CharGPT
 from ..sampling import SamplingOptions
 from ..verifier import rejection_sample_row
+from . import auto_k
 from .dynamic import FixedK, check_policy
 from .plain import check_executor, check_prompt, check_stop_ids, first_stop
 from .recorder import Recorder
@@ -58,7 +60,7 @@ def speculative_generate(
     prompt_ids,
     max_new_tokens: int,
     *,
-    k: int = 4,
+    k: int | str = 4,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
@@ -92,8 +94,13 @@ def speculative_generate(
     ends the output at the first of those ids committed, as ``generate`` does (the same
     law: what follows a stop is never looked at); ``SpecStats.emitted`` counts what is kept.
 
-    ``k_policy`` (``decoding.dynamic``: ``HeuristicK``, ``ControllerK``, ...) picks each
-    iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
+    ``k="auto"`` (``auto_k.AutoK``) picks each iteration's ``k`` from 0 (a plain step) to
+    ``auto_k.K_MAX`` by the expected tokens per second, from the seconds this run's calls
+    take on this machine and the acceptance it sees, remembered for ``draft`` from one call
+    to the next; output exact, as with any policy (greedy: the target's text; sampled: the
+    same law, though the text may change from run to run with the clock).
+    ``k_policy`` (``decoding.dynamic``: ``HeuristicK``, ``ControllerK``, ``AutoK``, ...) picks
+    each iteration's number of drafts, at most ``k``, from past outcomes only; ``verify="block"``
     verifies the drafted block jointly (``block_verifier``; Sun et al. 2024) instead of token
     by token (``"token"``). Both keep the output exact; at temperature 0 both verifiers are
     the same argmax rule. A proposer with ``observe_target`` (``eagle.EagleProposer``) is
@@ -116,9 +123,11 @@ def speculative_generate(
     an int >= 0.
     """
     rec = Recorder(k, timings, on_iteration)  # counts, seconds per stage, callbacks
-    ids, proposer, policy = _checked(
+    ids, proposer, k, policy = _checked(
         target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_policy, cuda_graphs
     )
+    rec.stats.k = k
+    rec.feed(policy)  # a policy that measures (k="auto") hears each iteration's seconds
     smp = SamplingOptions(temperature, top_k, top_p)
     stop = check_stop_ids(stop_ids, target.config.vocab_size)
     dev = target.lm_head.weight.device
@@ -147,7 +156,8 @@ def speculative_generate(
     while n < end:
         rec.tick()
         # --- 1. propose: up to k tokens after out[:n], and the q each was drawn from
-        kk, q = min(k, end - n - 1, policy.next_k()), None  # never drafts that cannot be kept
+        ask = kk = min(k, end - n - 1, policy.next_k())  # never drafts that cannot be kept
+        q = None
         if kk:
             kk, q = proposer.propose(out, n, kk, scorer.drafts)
         rec.lap("draft")
@@ -168,18 +178,28 @@ def speculative_generate(
         cut = first_stop(seq, n - a - 1, n, stop)  # an end of turn among them ends the output
         if cut is not None:
             n = end = cut
-        rec.record(kk, a, out, n, scorer.cache, proposer)
+        rec.record(kk, a, out, n, scorer.cache, proposer, asked=ask)
     return out[:n], rec.finish(n - n0)
 
 
 def _checked(target, draft, prompt_ids, max_new_tokens, k, generator, verify, k_policy, graphs):
     # The entry checks: the prompt (as 1-D ids), the draft as a proposer that fits the
-    # target, the options, and the k policy (a fixed k when none is given).
+    # target, the options, and the k policy (a fixed k when none is given; with k="auto"
+    # the draft's remembered AutoK, drafting up to auto_k.K_MAX).
     ids = check_prompt(target, prompt_ids, max_new_tokens, "target")
     proposer = fitted_proposer(draft, target, ids.numel() + max_new_tokens, cuda_graphs=graphs)
+    if k == "auto":
+        if k_policy is not None:
+            raise ValueError(
+                "k='auto' chooses k itself; pass an int k (the most drafts) with a k_policy, "
+                "or k='auto' without one"
+            )
+        k, k_policy = auto_k.K_MAX, auto_k.remembered(draft, target)
+    elif isinstance(k, str):
+        raise ValueError(f"k must be an int >= 1 or 'auto'; got {k!r}")
     check_int(k, "k (drafts per iteration)")
     check_generator(generator)
     if verify not in ("token", "block"):
         raise ValueError(f"verify must be 'token' or 'block'; got {verify!r}")
     policy = FixedK() if k_policy is None else check_policy(k_policy)
-    return ids, proposer, policy
+    return ids, proposer, k, policy

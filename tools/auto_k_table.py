@@ -1,0 +1,117 @@
+"""Is k="auto" never slower than plain decoding here? Plain, fixed best k and auto, paired.
+
+    python tools/auto_k_table.py            # quiet, then with one CPU burner beside it
+    AUTO_K_TOKENS=96 AUTO_K_ROUNDS=3 python tools/auto_k_table.py
+
+The real model (SmolLM2-135M-Instruct, float32, one thread), greedy, ``AUTO_K_TOKENS`` (64)
+new tokens on the first grounded prompt (copyable) and the first chat prompt
+(``llm.prompts.PROMPT_SETS``), for each proposer of ``llm.proposers``: plain
+``decoding.generate``, ``speculative_generate`` at the fixed k the shipped record found best
+for that set and proposer (``data/results/llm_cpu.json``'s ``best``), and at ``k="auto"``.
+Interleaved: each round runs every arm on a prompt before the next prompt, and
+``AUTO_K_ROUNDS`` (2) rounds; the proposers are built once, so from the second run on
+k="auto" starts from what it measured before (the first run includes its learning). Then
+the same with a busy loop (``python -c 'while 1: pass'``) in another process, started here
+and stopped at the end. Prints, per condition, set and proposer: tokens/s of each arm (total
+tokens over total wall seconds), tokens per target call, the speedup over plain, and whether
+the text equals plain's; with the load average at start and end. Takes about 2 minutes per
+condition on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from specdec_course import decoding, llm
+from specdec_course.decoding.threads import fit_threads
+from specdec_course.llm.prompts import PROMPT_SETS
+from specdec_course.paths import results_dir
+
+TOKENS = int(os.environ.get("AUTO_K_TOKENS", "64"))
+ROUNDS = int(os.environ.get("AUTO_K_ROUNDS", "2"))
+SETS = ("grounded", "chat")
+
+
+def best_ks() -> dict:
+    with open(results_dir() / "llm_cpu.json") as f:
+        record = json.load(f)
+    return {(r["set"], r["proposer"]): r["k"] for r in record["best"] if r["temperature"] == 0}
+
+
+def table(model, tok, proposers, ks) -> list[dict]:
+    cells: dict = {}
+    for _ in range(ROUNDS):
+        for set_name in SETS:
+            text = PROMPT_SETS[set_name][0]
+            ids = torch.tensor(tok.apply_chat_template([{"role": "user", "content": text}]))
+            t0 = time.perf_counter()
+            ref = decoding.generate(model, ids, TOKENS, temperature=0)
+            c = cells.setdefault((set_name, "plain", "-"), dict(s=0.0, calls=0, same=True))
+            c["s"] += time.perf_counter() - t0
+            c["calls"] += TOKENS
+            for name, prop in proposers.items():
+                for k in (ks[set_name, name], "auto"):
+                    t0 = time.perf_counter()
+                    out, st = decoding.speculative_generate(
+                        model, prop, ids, TOKENS, k=k, temperature=0
+                    )
+                    c = cells.setdefault((set_name, name, k), dict(s=0.0, calls=0, same=True))
+                    c["s"] += time.perf_counter() - t0
+                    c["calls"] += st.target_calls
+                    c["same"] &= bool(torch.equal(out, ref))
+    n = TOKENS * ROUNDS
+    rows = []
+    for (set_name, name, k), c in cells.items():
+        plain = cells[set_name, "plain", "-"]["s"]
+        rows.append(
+            dict(
+                set=set_name,
+                arm=name if name == "plain" else f"{name} k={k}",
+                tok_s=n / c["s"],
+                tokens_per_call=n / c["calls"],
+                speedup=plain / c["s"],
+                identical=c["same"],
+            )
+        )
+    return rows
+
+
+def show(title: str, rows: list[dict], load: tuple) -> None:
+    print(f"\n{title} (load average {load[0]:.2f} at start, {load[1]:.2f} at end)")
+    print(f"{'set':9s} {'arm':26s} {'tok/s':>6s} {'tok/call':>8s} {'x plain':>7s} identical")
+    for r in rows:
+        print(
+            f"{r['set']:9s} {r['arm']:26s} {r['tok_s']:6.1f} {r['tokens_per_call']:8.2f} "
+            f"{r['speedup']:7.2f} {r['identical']}"
+        )
+
+
+def main() -> None:
+    _, why = fit_threads()
+    print(
+        f"threads: {why}; {TOKENS} tokens, greedy, {ROUNDS} rounds, wall clock; the CPU is "
+        "shared with other work: these are one run's figures"
+    )
+    model, tok = llm.load(torch.float32)
+    proposers = llm.proposers(model)
+    ks = best_ks()
+    for burners in (0, 1):
+        procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(burners)]
+        try:
+            start = os.getloadavg()[0]
+            rows = table(model, tok, proposers, ks)
+            show(f"{burners} CPU burner(s)", rows, (start, os.getloadavg()[0]))
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
+if __name__ == "__main__":
+    main()
