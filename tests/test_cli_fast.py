@@ -142,6 +142,9 @@ class _FakeSteps:
 
         self.bar = tqdm(total=3, disable=True)
 
+    def finished(self, done):
+        pass
+
     def plan(self):
         for name in ("a", "b", "c"):
             yield name, (lambda name=name: self.measure(name))

@@ -69,8 +69,8 @@ def add_parser(what) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="2 prompts per set, k = 4 only, 32 tokens, 2 repeats, no dtype comparison: at "
-        f"most {QUICK_LIMIT}",
+        help="2 prompts per set, greedy only, k = 4 only, 32 tokens, 2 repeats, no dtype "
+        f"comparison: at most {QUICK_LIMIT}",
     )
     add_out(p)
     p.set_defaults(run=run)
@@ -161,7 +161,7 @@ def run(args) -> int:
     load_start = old.get("load_average", {}).get("start", load_average())
     print(
         f"{args.threads} thread{'s' if args.threads > 1 else ''} (--threads), timed by "
-        f"{clock_name}; load average {load_start}"
+        f"{clock_name}; load average {load_start} at the start"
         + (f"; --quick: at most {QUICK_LIMIT}" if args.quick else "")
     )
     steps = None
@@ -172,6 +172,7 @@ def run(args) -> int:
                 continue
             steps.bar.set_description(name)
             phases[name] = measure()
+            steps.finished(phases)
             partial_record = {
                 **header,
                 **load_header(load_start, load_average()),
@@ -216,14 +217,14 @@ class _Steps:
         n = options["prompts_per_set"]
         self.sets = {k: v[:n] if n else v for k, v in PROMPT_SETS.items()}
         self.sizes = (1, 2, 4, 8, 9, 16, 32) if options["quick"] else tuple(range(1, 33))
-        self.temps = (0.0, 1.0)
+        self.temps = (0.0,) if options["quick"] else (0.0, 1.0)
         # On one thread the clock is the thread's CPU time: time the scheduler gives to other
         # work on a busy machine is left out (torch runs its one thread's ops on this thread).
         self.clock = time.thread_time if args.threads == 1 else time.perf_counter
         dtype = None if options["dtype"] is None else getattr(torch, options["dtype"])
         self.model, self.tok = llm.load(dtype)
         self.props = llm.proposers(self.model)
-        units = self._units()
+        self.units = units = self._units()
         self.bar = tqdm(
             total=sum(units.values()),
             initial=sum(u for name, u in units.items() if name in done),
@@ -240,12 +241,19 @@ class _Steps:
             units["dtypes"] = rounds
         units["grounding"] = len(self.sets["grounded"])
         for s, prompts in self.sets.items():
-            units[f"speedups_{s}"] = len(self.temps) * len(prompts) * per_prompt
+            for T in self.temps:
+                units[f"speedups_{s}_T{T:g}"] = len(prompts) * per_prompt
         units["race"] = 2 * len(self.sets["grounded"])
         return units
 
     def tick(self) -> None:
         self.bar.update(1)
+
+    def finished(self, done: dict) -> None:
+        """The bar at the phases done (a phase may run fewer units than planned: a race
+        side that is not installed)."""
+        self.bar.n = sum(u for name, u in self.units.items() if name in done)
+        self.bar.refresh()
 
     def plan(self):
         yield "call_costs", self.call_costs
@@ -253,7 +261,8 @@ class _Steps:
             yield "dtypes", self.dtypes
         yield "grounding", self.grounding
         for s in self.sets:
-            yield f"speedups_{s}", lambda s=s: self.speedups(s)
+            for T in self.temps:
+                yield f"speedups_{s}_T{T:g}", lambda s=s, T=T: self.speedups(s, T)
         yield "race", self.race
 
     def call_costs(self) -> dict:
@@ -308,7 +317,7 @@ class _Steps:
         self.bar.write(f"share of each grounded prompt's plain answer found in it: {shares}")
         return shares
 
-    def speedups(self, set_name: str) -> list:
+    def speedups(self, set_name: str, temperature: float) -> list:
         from ..bench import llm_race
 
         return llm_race.proposer_speedups(
@@ -316,7 +325,7 @@ class _Steps:
             self.tok,
             self.props,
             {set_name: self.sets[set_name]},
-            temperatures=self.temps,
+            temperatures=(temperature,),
             ks=tuple(self.o["ks"]),
             max_new_tokens=self.o["max_new_tokens"],
             log=self.bar.write,
@@ -352,7 +361,7 @@ class _Steps:
     def record(self, phases: dict) -> dict:
         from ..bench import llm_race
 
-        rows = [r for s in self.sets for r in phases[f"speedups_{s}"]]
+        rows = [r for s in self.sets for T in self.temps for r in phases[f"speedups_{s}_T{T:g}"]]
         draft = self.props["feature_draft"].draft
         return dict(
             dtype=str(self.model.compute_dtype).replace("torch.", ""),

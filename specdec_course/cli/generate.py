@@ -72,6 +72,14 @@ def _recommendation() -> str:
     )
 
 
+def k_auto_supported() -> bool:
+    """Whether ``speculative_generate`` takes ``k="auto"`` (``decoding.auto_k``: k chosen as
+    the run goes from the costs and acceptance it measures). Imports the decoding package."""
+    import importlib.util
+
+    return importlib.util.find_spec("specdec_course.decoding.auto_k") is not None
+
+
 def k_value(text: str):
     """``--k``: ``auto`` or an int (checked >= 1 when the command runs)."""
     import argparse
@@ -323,8 +331,10 @@ def run(args) -> int:
     from ..decoding import generate, speculative_generate
     from ..model import load_pretrained
 
-    if args.k == "auto":
-        args.k = None  # the character pair's automatic k: the stored bench's best (below)
+    auto_note = ""
+    if args.k == "auto" and not k_auto_supported():
+        args.k = None  # the stored bench's best (below) stands in for it
+        auto_note = "--k auto: this version's speculative_generate has no k = auto; "
     start_threads(args)
     target = load_pretrained("target")
     _check_args(args, target.config.block_size)
@@ -384,7 +394,7 @@ def run(args) -> int:
             "included; --compare times warm runs against plain decoding)"
         )
     if why:
-        print(why)
+        print(auto_note + why)
     print(threads_line(args))
     if stats is not None:
         print(stats.summary())

@@ -12,15 +12,13 @@ from __future__ import annotations
 import sys
 import time
 
-from .generate import LLM_METHODS, threads_line
+from .generate import LLM_METHODS, k_auto_supported, threads_line
 
-# Fixed k used for ``--k auto`` while ``speculative_generate`` has no automatic k: prompt
+# The fixed k used for ``--k auto`` where ``speculative_generate`` has no automatic k: prompt
 # lookup learns its own proposal length up to k, and the draft stops where its confidence
 # falls (llm.STOP_BELOW), so a k of 4 rarely drafts past what pays (data/results/llm_cpu.json:
 # the best k was 2 to 8 across prompt sets).
 AUTO_K = 4
-# Whether ``speculative_generate`` takes ``k="auto"`` (it measures and picks k as it goes).
-K_AUTO_SUPPORTED = False
 COMPARE_REPEATS = 3
 
 
@@ -65,7 +63,7 @@ def _k(args) -> tuple[object, str]:
     if args.method == "plain":
         return None, "" if args.k is None else "--k does not apply to plain decoding"
     if args.k is None or args.k == "auto":
-        if K_AUTO_SUPPORTED:
+        if k_auto_supported():
             return "auto", "k = auto: chosen as the run goes from the costs and acceptance it sees"
         return AUTO_K, (
             f"k = {AUTO_K}: a fixed k (this version's speculative_generate has no k = auto); "
