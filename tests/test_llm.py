@@ -557,9 +557,10 @@ _NO_ONEDNN = pytest.mark.skipif(
 def test_float32_split_products_take_the_kernel_named_for_their_size():
     """``llm.packed.SplitLinear`` is ``F.linear`` on the same weight: bit for bit through
     ``"aten"`` (the same ATen call), to float32's rounding through oneDNN (``"packed"``, and
-    ``"packed2"``, which sends a one-row call as two rows); ``force`` sets the kernel, as a
-    call or a context manager, and refuses an unknown one; ``llm.load(torch.float32)`` splits
-    every block's products and the head, and counts each weight once."""
+    ``"packed2"`` and ``"packed4"``, which pad a smaller call with zero rows); ``force`` sets
+    the kernel, as a call or a context manager, and refuses an unknown one;
+    ``llm.load(torch.float32)`` splits every block's products and the head, and counts each
+    weight once."""
     from torch.nn import functional as F
 
     from specdec_course import llm
@@ -574,7 +575,7 @@ def test_float32_split_products_take_the_kernel_named_for_their_size():
         with packed.force("aten"):
             assert packed.kernel_for(rows) == "aten"
             assert torch.equal(lin(x), F.linear(x, w))
-        for kernel in ("packed", "packed2"):
+        for kernel in ("packed", "packed2", "packed4"):
             with packed.force(kernel):
                 y = lin(x)
             assert y.shape == (1, rows, 96)
@@ -603,11 +604,13 @@ def test_the_kernel_rule_keeps_one_row_invariant_kernel_for_every_size():
     n = len(kernels.SIZES)
     seconds = {"aten": [1.0] * n, "packed": [2.0] * n, "packed2": [3.0] * n}
     seconds["aten"][3] = 9.0
-    table, _ = kernels._choose(seconds, {"aten": False, "packed": True, "packed2": True})
+    seconds["packed4"] = [4.0] * n
+    table, _ = kernels._choose(seconds, dict(aten=False, packed=True, packed2=True, packed4=True))
     assert table == ["packed"] * n
-    table, _ = kernels._choose(seconds, {"aten": False, "packed": False, "packed2": True})
+    table, _ = kernels._choose(seconds, dict(aten=False, packed=False, packed2=True, packed4=True))
     assert table == ["packed2"] * n
-    table, rule = kernels._choose(seconds, {"aten": False, "packed": False, "packed2": False})
+    no = dict.fromkeys(seconds, False)
+    table, rule = kernels._choose(seconds, no)
     assert table == ["aten"] * 3 + ["packed"] + ["aten"] * (n - 4)
     assert "cheapest for each size" in rule
 
@@ -678,7 +681,7 @@ def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
 
 
 @_NO_ONEDNN
-@pytest.mark.parametrize("kernel", [None, "aten", "packed", "packed2"])
+@pytest.mark.parametrize("kernel", [None, "aten", "packed", "packed2", "packed4"])
 def test_greedy_feature_draft_equals_greedy_generate_with_each_kernel(llm32, kernel):
     """Greedy speculative text is plain greedy text with the calibrated kernel choice
     (``None``) and with each kernel forced for every call (16 tokens, the feature draft,

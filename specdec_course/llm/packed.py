@@ -16,8 +16,11 @@ machine, cached on disk). The candidates (:data:`KERNELS`):
   another from four rows on (on the course's AMD EPYC a call of 2 or 3 rows cost twice a call
   of 1, and 2.5 times a call of 4);
 - ``"packed"``: oneDNN's product on the packed weight;
-- ``"packed2"``: the same, a one-row call sent as two copies of the row (oneDNN may take
-  another kernel for one row: on the EPYC, for the 1536-wide ``w2`` only).
+- ``"packed2"``, ``"packed4"``: the same, a call of fewer rows than 2 (or 4) padded with zero
+  rows to that many. oneDNN takes another kernel for one row, on the EPYC for the 1536-wide
+  ``w2`` only, which breaks row invariance; and there its kernels for one and two rows were
+  slower than those for three and more (the 121 products of a step, one thread, thread CPU
+  time on a busy machine: 43 ms for 1 row, 49 for 2, 35 for 4).
 
 Greedy speculative text equals plain greedy text when a row's logits do not depend on how many
 rows its call holds (the verification call scores k + 1 rows, plain decoding one). A kernel
@@ -36,6 +39,7 @@ from torch.nn import functional as F
 
 __all__ = [
     "KERNELS",
+    "MIN_ROWS",
     "PackedLinear",
     "SplitLinear",
     "can_pack",
@@ -45,7 +49,8 @@ __all__ = [
     "pack",
 ]
 
-KERNELS = ("aten", "packed", "packed2")
+KERNELS = ("aten", "packed", "packed2", "packed4")
+MIN_ROWS = {"aten": 1, "packed": 1, "packed2": 2, "packed4": 4}  # a smaller call is padded
 
 
 def native_bf16() -> bool:
@@ -155,11 +160,14 @@ def product(kernel: str, x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
     """``x @ weight.T`` by ``kernel`` (``packed`` is ``weight`` as oneDNN laid it out)."""
     if kernel == "aten":
         return F.linear(x, weight)
-    if kernel == "packed2" and x.numel() == x.shape[-1]:  # one row: send it twice
-        two = torch.cat([x, x], dim=-2 if x.dim() > 1 else 0)
-        y = torch.ops.mkldnn._linear_pointwise(two, packed, None, "none", [], "")
-        return y.narrow(-2 if x.dim() > 1 else 0, 0, 1)
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    width = x.shape[-1]
+    rows, least = x.numel() // width, MIN_ROWS[kernel]
+    if rows >= least:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    padded = x.new_zeros(least, width)
+    padded[:rows] = x.reshape(rows, width)
+    y = torch.ops.mkldnn._linear_pointwise(padded, packed, None, "none", [], "")
+    return y[:rows].reshape(*x.shape[:-1], y.shape[-1])
 
 
 class SplitLinear(PackedLinear):
