@@ -158,6 +158,9 @@ LEFT_OUT: dict[str, str] = {
     "which is ex11's answer; ex11's SmolLM2 cell skips without it",
     "specdec_course.bench.llm_calls": "lesson 11's measurements of the real model",
     "specdec_course.bench.llm_race": "lesson 11's race, run with the real model",
+    "specdec_course.bench.llm_tables": "lesson 11's stored record, printed labelled",
+    "specdec_course.token_view": "lesson 11's live view of a run and its explorer; no exercise "
+    "uses them",
 }
 
 # Third-party packages a notebook uses, and why none of them answers a check.
