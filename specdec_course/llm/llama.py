@@ -127,7 +127,9 @@ class Attention(nn.Module):
         nh, hd = self.n_head, self.hd
         qkv = self.wqkv(x).unflatten(-1, (-1, hd))  # [B, T, 9 + 3 + 3 heads, hd]
         qk = apply_rotary(qkv[:, :, : nh + self.n_kv_head], cos, sin)  # queries and keys
-        q = qk[:, :, :nh].transpose(1, 2)  # [B, 9, T, hd]
+        # Grouped-query attention: query head h reads key/value head h // 3, so a token's 9
+        # query heads are 3 groups of 3 rows, one group per key/value head.
+        q = qk[:, :, :nh].unflatten(2, (self.n_kv_head, -1))  # [B, T, 3, 3, hd]
         k = qk[:, :, nh:].transpose(1, 2)  # [B, 3, T, hd]
         v = qkv[:, :, nh + self.n_kv_head :].transpose(1, 2)
         start = cache.length
@@ -135,21 +137,18 @@ class Attention(nn.Module):
         ck, cv = cache.k[layer], cache.v[layer]  # [B, n_kv_head, capacity, hd]
         ck[:, :, start:end] = k
         cv[:, :, start:end] = v
-        # Grouped-query attention: query head h reads key/value head h // 3. Each new token
-        # attends in a call of its own, over the keys up to its position: the call a one-token
-        # step makes, so a token's result does not depend on how many tokens its call scores
-        # (one fused call sums over the keys in blocks that depend on that number).
+        # Each new token attends in a call of its own, over the keys up to its position: the
+        # call a one-token step makes, so a token's result does not depend on how many tokens
+        # its call scores (one fused call over all of them sums over the keys in blocks that
+        # depend on that number).
         rows = [
             F.scaled_dot_product_attention(
-                q[:, :, i : i + 1],
-                ck[:, :, : start + i + 1],
-                cv[:, :, : start + i + 1],
-                enable_gqa=True,
-            )
+                q[:, i], ck[:, :, : start + i + 1], cv[:, :, : start + i + 1]
+            )  # [B, 3, 3, hd]
             for i in range(T)
         ]
-        y = rows[0] if T == 1 else torch.cat(rows, dim=2)
-        return self.wo(y.transpose(1, 2).reshape(B, T, C))
+        y = rows[0][:, None] if T == 1 else torch.stack(rows, dim=1)  # [B, T, 3, 3, hd]
+        return self.wo(y.reshape(B, T, C))
 
 
 class FeedForward(nn.Module):
