@@ -28,6 +28,7 @@ import nbformat
 import pytest
 from graded_class import ex01_defs
 from nbformat.v4 import new_code_cell
+from obfuscate import add_dead_code, drop_docstrings, rename_locals
 
 from specdec_course import cli
 from specdec_course.grading.judge import sandbox
@@ -221,6 +222,7 @@ HONEST = {"forge_run_check": 0, "forge_agent": 0, "forge_channel": 0, "patch_lib
 HONEST |= {"copy_wrappers": 0, "read_solutions": 0, "forge_channel_solved": 10}
 HONEST |= {"hostile_message": 7, "runaway_recursion": 10, "exits": 10, "kill_everyone": 10}
 HONEST |= {"daemon": 10, "overwrite_victim": 10, "memory_across_children": 10, "fork_bomb": 10}
+HONEST |= {"disguised_copy": 10}  # the solution, disguised: flagged, never zeroed
 VICTIMS = ["kill_victim_ex01", "zz_victim_ex01", "\udcff\udcfe_ex01"]  # solutions, all 10/10
 
 
@@ -263,6 +265,12 @@ def submissions(folder: Path, out: Path) -> dict:
         nb = _with_cell(sol if base == "solution" else stub, cell)
         nbformat.write(nb, folder / f"{name}_ex01.ipynb")
         graded[name] = folder / f"{name}_ex01.ipynb"
+    # The solution with its locals renamed, docstrings and comments deleted, dead code added.
+    disguised = copy.deepcopy(sol)
+    for cell in disguised.cells[2:]:
+        cell.source = add_dead_code(rename_locals(drop_docstrings(cell.source)))
+    nbformat.write(disguised, folder / "disguised_copy_ex01.ipynb")
+    graded["disguised_copy"] = folder / "disguised_copy_ex01.ipynb"
     for name in VICTIMS:
         path = Path(os.fsdecode(os.fsencode(str(folder)) + b"/" + os.fsencode(name) + b".ipynb"))
         nbformat.write(sol, path)
@@ -383,6 +391,18 @@ def test_wrappers_around_the_reference_are_flagged_and_score_nothing(run):
     assert float(row["points"]) == 0
     flags = row["flags"]
     assert "lambda" in flags and "partial" in flags and "FunctionType" in flags
+
+
+def test_a_disguised_copy_of_the_solution_is_flagged_with_its_lines_and_keeps_its_points(run):
+    row = _row(run, "disguised_copy")
+    assert float(row["points"]) == 10, row  # an instructor decides
+    for name in ("residual_distribution", "speculative_sample", "chi_square_p_value"):
+        assert f"ex01_residual.ipynb's {name} (" in row["flags"], row["flags"]
+    assert "here code cell" in row["flags"] and "there code cell" in row["flags"]
+    root = ET.parse(run["out"] / "grades.xml").getroot()
+    (suite,) = [s for s in root.findall("testsuite") if s.get("name") == row["file"]]
+    flags = [p.get("value") for p in suite.iter("property") if p.get("name") == "flag"]
+    assert any("ex01_residual.ipynb's residual_distribution" in f for f in flags), flags
 
 
 @NEEDS_BWRAP

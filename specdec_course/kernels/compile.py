@@ -137,7 +137,12 @@ def _run_child(
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     # This copy of the package, even where it is not the installed one (a checkout).
     here = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    # And what this process imports from (a sandboxed kernel may find its site-packages
+    # through sys.path only, which a child Python does not inherit).
+    seen = [p for p in sys.path if p and os.path.isdir(p)]
+    env["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys(p for p in (here, *seen, env.get("PYTHONPATH")) if p)
+    )
     env["SPECDEC_TRITON_COMPILE_ONLY"] = "1"
     # Keep the (otherwise repeated) fp-fusion deprecation notice out of the child's output.
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
