@@ -198,3 +198,12 @@ def test_timed_runs_take_one_thread_unless_told_otherwise(monkeypatch):
         threads_that_fit("many")
     with pytest.raises(ValueError, match="threads"):
         threads_that_fit(0)
+
+
+def test_auto_k_at_the_shortest_lengths_is_plain_greedy(pair):
+    target, draft = pair
+    prompt = torch.tensor([1, 2, 3])
+    for n in (0, 1, 2, 3):  # k is capped at n - 1: no draft at all for n <= 1
+        ref = decoding.generate(target, prompt, n, temperature=0)
+        out, st = decoding.speculative_generate(target, draft, prompt, n, k="auto", temperature=0)
+        assert torch.equal(out, ref) and st.emitted == n

@@ -2,6 +2,7 @@
 
     python tools/auto_k_table.py            # quiet, then with one CPU burner beside it
     AUTO_K_TOKENS=96 AUTO_K_ROUNDS=3 python tools/auto_k_table.py
+    AUTO_K_BURNERS=1 python tools/auto_k_table.py   # one condition only: with one burner
 
 The real model (SmolLM2-135M-Instruct, float32, one thread), greedy, ``AUTO_K_TOKENS`` (64)
 new tokens on the first grounded prompt (copyable) and the first chat prompt
@@ -36,6 +37,7 @@ from specdec_course.paths import results_dir
 TOKENS = int(os.environ.get("AUTO_K_TOKENS", "64"))
 ROUNDS = int(os.environ.get("AUTO_K_ROUNDS", "2"))
 SETS = ("grounded", "chat")
+BURNERS = [int(b) for b in os.environ.get("AUTO_K_BURNERS", "0,1").split(",")]
 
 
 def best_ks() -> dict:
@@ -101,7 +103,7 @@ def main() -> None:
     model, tok = llm.load(torch.float32)
     proposers = llm.proposers(model)
     ks = best_ks()
-    for burners in (0, 1):
+    for burners in BURNERS:
         procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(burners)]
         try:
             start = os.getloadavg()[0]
