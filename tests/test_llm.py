@@ -701,8 +701,10 @@ def test_greedy_feature_draft_equals_greedy_generate_with_each_kernel(llm32, ker
 
 def test_call_costs_time_each_size(llm32):
     """``llm.call_costs`` returns a median time for each call size asked (no time is asserted
-    beyond being positive), and refuses sizes, repeats and contexts it cannot time."""
+    beyond being positive), and refuses sizes, repeats and contexts it cannot time;
+    ``llm.costs.read_limit`` counts the bytes of every product's weights."""
     from specdec_course import llm
+    from specdec_course.llm.costs import read_limit
 
     model, _ = llm32
     costs = llm.call_costs(model, sizes=(1, 3), context=8, repeats=1)
@@ -714,6 +716,9 @@ def test_call_costs_time_each_size(llm32):
         llm.call_costs(model, repeats=0)
     with pytest.raises(ValueError, match="context"):
         llm.call_costs(model, context=model.config.block_size)
+    limit = read_limit(model, buffer_mb=8, repeats=1)
+    assert limit["bytes"] == 4 * (model.num_parameters() - 61 * 576)  # all but the 61 norms
+    assert limit["bandwidth"] > 0 and limit["seconds"] > 0  # load-independent: positive
 
 
 def test_the_bench_rows_count_tokens_calls_and_drafts(llm32):

@@ -6,6 +6,12 @@ per round, the cache cropped back before each, the median of the rounds kept. Le
 it beside the stored record's, and ``bench llm`` (``bench.llm_calls``) times the same calls.
 A speculative loop sends calls of exactly these sizes (k + 1 for k drafted tokens), so a bump
 in this curve is a draft length that costs more than the curve's neighbours.
+
+:func:`read_limit` is the floor under a one-token call: the bytes of weights it reads over the
+read bandwidth measured here. On the course's 2-core AMD EPYC (one thread, thread CPU time,
+a busy machine): 538 MB at 26.6 GB/s, 20 ms, where the call took 56 ms (0.36 of the limit);
+oneDNN's products were about 45 ms of it, attention 4 ms, norms, rotary and the per-layer
+Python the rest (``torch.profiler`` over ten calls).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import torch
 from .. import devices
 from ..fast import lean_step
 
-__all__ = ["call_costs", "call_timer"]
+__all__ = ["call_costs", "call_timer", "read_limit"]
 
 
 def call_timer(model, context: int, max_new: int, clock=time.perf_counter):
@@ -74,3 +80,24 @@ def call_costs(
             if r:  # the first round warms the allocator and the caches
                 runs[T].append(s)
     return {T: statistics.median(v) for T, v in runs.items()}
+
+
+def read_limit(model, *, buffer_mb: int = 256, repeats: int = 5) -> dict:
+    """The memory floor of one call scoring one token: ``{"bytes": weight bytes a call reads
+    (every block's products and the head, in the compute dtype), "bandwidth": bytes/s read
+    (the best of ``repeats`` sums over a ``buffer_mb`` MB buffer, larger than a CPU's caches,
+    on torch's threads), "seconds": bytes / bandwidth}``."""
+    if buffer_mb < 1 or repeats < 1:
+        raise ValueError(f"buffer_mb and repeats must be >= 1; got {buffer_mb}, {repeats}")
+    size = model.compute_dtype.itemsize
+    n = model.head_weight.numel()
+    for block in model.layers:
+        for part in (block.attention, block.feed_forward):
+            n += sum(lin.in_features * lin.out_features for lin in part.children())
+    buf = torch.ones(buffer_mb * 2**20 // 4)
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        buf.sum()
+        best = max(best, buf.numel() * 4 / (time.perf_counter() - t0))
+    return {"bytes": n * size, "bandwidth": best, "seconds": n * size / best}
