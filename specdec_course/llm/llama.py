@@ -140,7 +140,9 @@ class Attention(nn.Module):
         # Each new token attends in a call of its own, over the keys up to its position: the
         # call a one-token step makes, so a token's result does not depend on how many tokens
         # its call scores (one fused call over all of them sums over the keys in blocks that
-        # depend on that number).
+        # depend on that number). The price, on the course's EPYC after 300 tokens (one
+        # thread): 9 tokens take 9 calls of 44 us a layer instead of one of 139 us, 8 ms of
+        # a 75 ms call; one token, nothing.
         rows = [
             F.scaled_dot_product_attention(
                 q[:, i], ck[:, :, : start + i + 1], cv[:, :, : start + i + 1]
