@@ -9,8 +9,9 @@ new tokens on the first grounded prompt (copyable) and the first chat prompt
 (``llm.prompts.PROMPT_SETS``), for each proposer of ``llm.proposers``: plain
 ``decoding.generate``, ``speculative_generate`` at the fixed k the shipped record found best
 for that set and proposer (``data/results/llm_cpu.json``'s ``best``), and at ``k="auto"``.
-Interleaved: each round runs every arm on a prompt before the next prompt, and
-``AUTO_K_ROUNDS`` (2) rounds; the proposers are built once, so from the second run on
+Interleaved: each round runs plain, every arm, then plain again on a prompt (plain's time is
+the mean of the two, so a drift in the load hits both sides alike) before the next prompt,
+and ``AUTO_K_ROUNDS`` (2) rounds; the proposers are built once, so from the second run on
 k="auto" starts from what it measured before (the first run includes its learning). Then
 the same with a busy loop (``python -c 'while 1: pass'``) in another process, started here
 and stopped at the end. Prints, per condition, set and proposer: tokens/s of each arm (total
@@ -52,11 +53,11 @@ def table(model, tok, proposers, ks) -> list[dict]:
         for set_name in SETS:
             text = PROMPT_SETS[set_name][0]
             ids = torch.tensor(tok.apply_chat_template([{"role": "user", "content": text}]))
+            plain = cells.setdefault((set_name, "plain", "-"), dict(s=0.0, calls=0, same=True))
             t0 = time.perf_counter()
             ref = decoding.generate(model, ids, TOKENS, temperature=0)
-            c = cells.setdefault((set_name, "plain", "-"), dict(s=0.0, calls=0, same=True))
-            c["s"] += time.perf_counter() - t0
-            c["calls"] += TOKENS
+            plain["s"] += 0.5 * (time.perf_counter() - t0)  # half now, half after the arms
+            plain["calls"] += TOKENS
             for name, prop in proposers.items():
                 for k in (ks[set_name, name], "auto"):
                     t0 = time.perf_counter()
@@ -67,6 +68,10 @@ def table(model, tok, proposers, ks) -> list[dict]:
                     c["s"] += time.perf_counter() - t0
                     c["calls"] += st.target_calls
                     c["same"] &= bool(torch.equal(out, ref))
+            t0 = time.perf_counter()  # plain again: the load's drift hits both sides alike
+            again = decoding.generate(model, ids, TOKENS, temperature=0)
+            plain["s"] += 0.5 * (time.perf_counter() - t0)
+            plain["same"] &= bool(torch.equal(again, ref))
     n = TOKENS * ROUNDS
     rows = []
     for (set_name, name, k), c in cells.items():
