@@ -680,6 +680,24 @@ def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
                 assert torch.equal(_logits_by_calls(model, ids, 22, sizes), one), (kernel, sizes)
 
 
+def test_fused_attention_is_the_same_model_to_float32s_rounding(llm32):
+    """``set_per_token_attention(False)`` scores a call's tokens in one fused attention call:
+    the same logits as the per-token calls to float32's rounding, and the default comes back;
+    anything but a bool is refused."""
+    model, tok = llm32
+    ids = torch.tensor(tok.encode(TEXTS[0]))
+    exact = _logits_by_calls(model, ids, 4, [ids.numel() - 4])
+    try:
+        assert model.set_per_token_attention(False) is model
+        fused = _logits_by_calls(model, ids, 4, [ids.numel() - 4])
+    finally:
+        model.set_per_token_attention(True)
+    assert torch.allclose(fused, exact, rtol=1e-4, atol=1e-3)
+    assert torch.equal(_logits_by_calls(model, ids, 4, [ids.numel() - 4]), exact)
+    with pytest.raises(ValueError, match="True or False"):
+        model.set_per_token_attention(1)
+
+
 @_NO_ONEDNN
 @pytest.mark.parametrize("kernel", [None, "aten", "packed", "packed2", "packed4"])
 def test_greedy_feature_draft_equals_greedy_generate_with_each_kernel(llm32, kernel):

@@ -115,6 +115,13 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
+    """Grouped-query attention with the cache. ``per_token`` (True): each new token attends in
+    a call of its own, so its result is the same bits whatever the number of tokens its call
+    scores; False: one fused call for all of them, faster from about six tokens on, whose rows
+    differ from a one-token call's in the last bits (``Llama.set_per_token_attention``)."""
+
+    per_token = True
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.n_head, self.n_kv_head, self.hd = config.n_head, config.n_kv_head, config.head_dim
@@ -137,12 +144,22 @@ class Attention(nn.Module):
         ck, cv = cache.k[layer], cache.v[layer]  # [B, n_kv_head, capacity, hd]
         ck[:, :, start:end] = k
         cv[:, :, start:end] = v
+        if T > 1 and not self.per_token:  # one fused call, each row masked to its past
+            pos = torch.arange(end, device=x.device)
+            y = F.scaled_dot_product_attention(
+                q.flatten(2, 3).transpose(1, 2),  # [B, 9, T, hd]
+                ck[:, :, :end],
+                cv[:, :, :end],
+                attn_mask=pos[None, :] <= pos[start:, None],
+                enable_gqa=True,
+            )
+            return self.wo(y.transpose(1, 2).reshape(B, T, C))
         # Each new token attends in a call of its own, over the keys up to its position: the
         # call a one-token step makes, so a token's result does not depend on how many tokens
         # its call scores (one fused call over all of them sums over the keys in blocks that
         # depend on that number). The price, on the course's EPYC after 300 tokens (one
-        # thread): 9 tokens take 9 calls of 44 us a layer instead of one of 139 us, 8 ms of
-        # a 75 ms call; one token, nothing.
+        # thread, thread CPU time, interleaved): 89 ms for a call of 9 tokens instead of 72,
+        # 64 for 6 instead of 58; a call of one token, nothing.
         rows = [
             F.scaled_dot_product_attention(
                 q[:, i], ck[:, :, : start + i + 1], cv[:, :, : start + i + 1]
@@ -212,6 +229,18 @@ class Llama(nn.Module):
         self.head_product = None
         self._step = None
         return self.eval().requires_grad_(False)
+
+    def set_per_token_attention(self, on: bool) -> Llama:
+        """Each new token's attention in a call of its own (True, the default: a token's
+        logits do not depend on how many tokens its call scores, so greedy speculative text
+        is plain greedy text by construction where the products are row-invariant too,
+        ``llm.kernels``), or one fused call per layer (False: faster for calls of about six
+        tokens or more; rows then differ from a one-token call's by float32 rounding)."""
+        if not isinstance(on, bool):
+            raise ValueError(f"on must be True or False; got {on!r}")
+        for layer in self.layers:
+            layer.attention.per_token = on
+        return self
 
     def new_cache(self, batch_size: int = 1) -> LlamaCache:
         """An empty cache of ``block_size`` positions in the compute dtype."""
