@@ -67,7 +67,7 @@ def test_plain_decoding_when_drafting_cannot_pay():
     assert rates[1] < rates[0] < max(rates) and auto.choose() > 1
 
 
-def test_hysteresis_keeps_the_choice_until_another_k_is_clearly_faster():
+def test_hysteresis_keeps_the_choice_until_another_k_is_clearly_faster_or_plain_is_faster():
     auto = _auto(0.8, 0.1, hysteresis=0.1)
     best = auto.choose()
     rates = auto.rates()
@@ -78,6 +78,12 @@ def test_hysteresis_keeps_the_choice_until_another_k_is_clearly_faster():
     assert rates[best] > 1.1 * rates[far]
     auto.choice = far  # ... one more than 10% slower is left for the best
     assert auto.choose() == best
+    # Drafting that is expected to be slower than plain steps at all is dropped at once.
+    slow = _auto(0.8, 0.1, call=lambda n: 0.5 + 0.5 * n, hysteresis=0.1)
+    r = slow.rates()
+    assert r[4] < r[0] < r[1] / 1.1 and max(r) == r[1]
+    slow.choice = 4  # within 10% of plain's rate, but below it: left, and k = 1 is better
+    assert slow.choose() == 1
     # From plain decoding: drafting must beat it by the margin too.
     flat = _auto(0.35, 0.25, hysteresis=0.1)
     r = flat.rates()

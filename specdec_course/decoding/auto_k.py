@@ -24,7 +24,8 @@ no proposal) to ``k_max``, and drafts the ``k`` with the most expected tokens pe
   call that verifies drafts are timed apart: verifying has a fixed cost of its own.
 
 Four rules keep it from costing time: it changes ``k`` only when the new ``k`` is expected to
-be ``hysteresis`` (10%) faster than the current one, so noise does not make it flap; after
+be ``hysteresis`` (10%) faster than the current one, so noise does not make it flap (except
+that it stops drafting as soon as plain steps are expected to be faster at all); after
 choosing ``k = 0`` it probes ``probe_k`` drafts once every ``probe_every`` plain steps (the
 interval doubling, up to 64, while probes do not pay), so a prompt that becomes copyable is
 noticed for a few percent of a step; its estimates forget (``memory``) so they follow the
@@ -182,8 +183,9 @@ class AutoK:
     wall clock, ``devices.clock``; a test passes its own, or calls ``observe`` itself).
 
     - ``rates()``: the expected tokens per second of ``k = 0 .. k_max`` from the current
-      estimates; ``choose()``: the ``k`` to draft next (the best rate, kept only if it beats
-      the current ``k``'s by ``hysteresis``; a probe while at 0); ``alphas``: the per-depth
+      estimates; ``choose()``: the ``k`` to draft next (the best rate, taken only if it beats
+      the current ``k``'s by ``hysteresis``, the current ``k`` dropped for 0 as soon as
+      plain steps are expected to be faster; a probe while at 0); ``alphas``: the per-depth
       acceptance estimates.
     - ``costs``: an optional measured cost curve of the target, ``{tokens per call:
       seconds}`` (e.g. a bench's), read for its shape until this run measures each size.
@@ -366,9 +368,12 @@ class AutoK:
             if rates:
                 self.decided = True
                 cur = min(self.choice, self.k_max)
+                if rates[cur] < rates[0]:  # never keep drafting where plain steps are faster
+                    cur = 0
                 best = max(range(len(rates)), key=rates.__getitem__)
                 if rates[best] > (1.0 + self.hysteresis) * rates[cur]:
-                    self.choice = best
+                    cur = best
+                self.choice = cur
         if self.choice:
             self.plain_steps, self.interval = 0, self.probe_every
             return self.choice
