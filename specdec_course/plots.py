@@ -266,15 +266,14 @@ def race_walk(scores, block: int, *, ax=None):
 
 
 def call_cost_curves(here: dict, record: dict, char: dict, *, ax=None):
-    """cost(n)/cost(1) against n, the tokens one call scores: measured ``here`` (a
-    ``bench.llm_calls.call_costs`` result with one model), the stored ``bench llm`` record's
+    """cost(n)/cost(1) against n, the tokens one call scores: measured ``here`` (``{n:
+    seconds}``, ``llm.call_costs``; it must hold n = 1), the stored ``bench llm`` record's
     SmolLM2 curve and the character target's from ``speedup_cpu.json``'s forward costs, each
     labelled with where and how it was measured; n one-token calls drawn for scale."""
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
-    (name,) = [k for k in here if k != "sizes"]
-    sizes = here["sizes"]
-    ax.plot(sizes, here[name]["ratio"], "o-", ms=4, lw=2, color="C3",
+    sizes = sorted(here)
+    ax.plot(sizes, [here[n] / here[1] for n in sizes], "o-", ms=4, lw=2, color="C3",
             label="SmolLM2, this machine (wall clock, now)")  # fmt: skip
     costs = record["call_costs"]
     ax.plot(costs["sizes"], costs["smollm2"]["ratio"], "s--", ms=3, color="C0",

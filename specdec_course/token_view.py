@@ -15,8 +15,9 @@ notebook as coloured text, the picture of Hugging Face's assisted-generation pos
 
 The marks make the text output readable without colour (and by nbval). :class:`Explorer`
 puts a text box, the proposer, ``k`` and the temperature in front of it: the learner's own
-prompt, plain and speculative text side by side with their times. Nothing here is asserted
-from a time: a timing is shown, the token counts and the identity are what a cell can check.
+prompt, plain and speculative text side by side with their times (``k`` starts at ``"auto"``,
+the loop's own live choice). Nothing here is asserted from a time: a timing is shown, the
+token counts and the identity are what a cell can check.
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ class Explorer:
         self.prompt = w.Textarea(value=prompt, description="prompt",
                                  layout=w.Layout(width="95%", height="5em"))  # fmt: skip
         self.proposer = w.Dropdown(options=list(self.proposers), description="proposer")
-        self.k = w.IntSlider(value=4, min=1, max=10, description="k")
+        self.k = w.Dropdown(options=["auto", 1, 2, 3, 4, 6, 8], value="auto", description="k")
         self.temperature = w.Dropdown(options=[0.0, 1.0], value=0.0, description="temperature")
         self.tokens = w.IntSlider(value=max_new_tokens, min=8, max=128, step=8,
                                   description="new tokens")  # fmt: skip
