@@ -97,9 +97,9 @@ STUDENT_EDITION: dict[str, str] = _listed(
         ),
         "specdec_course.decoding": (
             "generation and the speculative loop the lessons build; the pieces ex04, ex07 and "
-            "ex08 ask for are withheld while those are graded",
-            ("", "batch_drafts", "batched", "dynamic", "plain", "recorder", "row_verifier")
-            + ("scoring", "spec_stats", "speculative"),
+            "ex08 ask for are withheld while those are graded, k='auto''s rule while ex02 is",
+            ("", "auto_k", "batch_drafts", "batched", "dynamic", "plain", "recorder")
+            + ("row_verifier", "scoring", "spec_stats", "speculative", "threads"),
         ),
         "specdec_course.drafts": (
             "the draft model's proposer and the drafts lesson 07 builds; ex09's pieces are "

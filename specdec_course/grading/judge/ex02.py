@@ -38,7 +38,12 @@ from .core import Case, call, register
 # Not withheld: the package's closed forms take one alpha, the exercise's functions a list
 # of per-position alphas (the checks' cases differ by position), and the solution compares
 # with them.
-PUBLIC_IMPLEMENTATIONS: tuple[str, ...] = ()
+# k="auto"'s rule (decoding.auto_k) evaluates ex02's per-position expected tokens and the
+# rate it divides by a call's cost: withheld while ex02 is graded.
+PUBLIC_IMPLEMENTATIONS: tuple[str, ...] = (
+    "specdec_course.decoding.auto_k.expected_tokens_by_depth",
+    "specdec_course.decoding.auto_k.AutoK.rates",
+)
 ALLOWED = {
     "specdec_course.theory.expected_tokens": "one alpha for every position; used to diagnose",
     "specdec_course.theory.speedup": "one alpha for every position",
