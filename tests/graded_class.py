@@ -47,6 +47,7 @@ WORKERS = 2
 # takes a few seconds on two loaded cores. The endless cells of the class cost this much.
 CELL_TIMEOUT = 30
 NOTEBOOK_TIMEOUT = 120
+CELL_WALL = 70  # the class's cells that wait (sleep past it) cost this much
 MEMORY_MB = 3000
 # Without a cgroup, ``auto`` refuses to grade; ``weak`` grades with per-process caps.
 MODE = "auto" if sandbox.CGroup.available() is not None else "weak"
@@ -119,6 +120,7 @@ def _grade(root: Path) -> dict:
             "grade", str(folder), "--out", str(out / "grades.csv"),
             "--junit", str(out / "grades.xml"), "--workers", str(WORKERS),
             "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT),
+            "--cell-wall", str(CELL_WALL),
             "--memory-mb", str(MEMORY_MB), "--seed", str(SEED), "--sandbox", MODE,
         ])  # fmt: skip
     seconds = time.monotonic() - t0

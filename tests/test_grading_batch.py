@@ -2,9 +2,9 @@
 
 One grading run serves every test here: the shared class of ``tests/graded_class.py``,
 graded once per session, to which this file adds the solved and untouched notebooks of the
-exercises, and ex01 submissions that have a syntax error, loop forever, ignore the
-interrupt, raise, kill their kernel, exhaust memory, define nothing, are not JSON, or had
-their cells deleted, reordered and duplicated. Attacks on the grader are in
+exercises, and ex01 submissions that have a syntax error, loop forever, wait past their
+wall-clock limit, raise, kill their kernel, exhaust memory, define nothing, are not JSON, or
+had their cells deleted, reordered and duplicated. Attacks on the grader are in
 ``test_grading_attacks.py``.
 """
 
@@ -240,12 +240,13 @@ def test_an_endless_loop_is_interrupted_and_the_rest_is_graded(graded):
     assert _points(graded["rows"]["ex01_infinite_loop"]) == (10, 10)
 
 
-def test_a_cell_that_ignores_the_interrupt_costs_only_itself(graded):
-    # SIGINT ignored: the kernel's time limit is its own alarm, and a cell that escapes that
-    # too is killed and skipped; either way the functions defined before it are graded.
-    assert _points(graded["rows"]["ex01_ignores_interrupt"]) == (10, 10)
-    notes = graded["book"]["ex01_ignores_interrupt"]["notes"]
-    assert "interrupted" in notes or "did not stop" in notes
+def test_a_cell_that_waits_past_its_wall_limit_scores_zero_and_names_it(graded):
+    # SIGINT ignored and a sleep: the kernel's wall-clock alarm stops it (sleeping uses no
+    # CPU time, so only the wall limit binds), and a limit passed costs the exercise.
+    rows = graded["rows"]["ex01_ignores_interrupt"]
+    assert _points(rows) == (0, 10)
+    assert all(r["status"] == "timeout" and "--cell-wall" in r["message"] for r in rows)
+    assert "--cell-wall" in graded["book"]["ex01_ignores_interrupt"]["notes"]
 
 
 def test_a_cell_that_raises_does_not_stop_the_notebook(graded):
@@ -258,12 +259,12 @@ def test_a_cell_that_kills_its_kernel_is_skipped_and_the_rest_graded(graded):
     assert "killed the kernel" in notes and "run again without it" in notes
 
 
-def test_a_memory_hog_hits_the_cap_and_loses_only_what_it_lacks(graded):
+def test_a_memory_hog_hits_the_cap_and_scores_zero_with_the_cap_named(graded):
     rows = graded["rows"]["ex01_memory_hog"]
-    assert _points(rows) == (7, 10)
-    (bad,) = [r for r in rows if r["status"] != "passed"]
-    assert bad["check"] == "ex01.chi_square_p_value" and bad["status"] == "error"
-    assert "MemoryError" in bad["message"]
+    assert _points(rows) == (0, 10)
+    cap = f"the memory cap ({MEMORY_MB} MiB, --memory-mb)"
+    assert all(cap in r["message"] for r in rows), rows
+    assert "exercise scores 0" in graded["book"]["ex01_memory_hog"]["message"]
 
 
 def test_a_notebook_that_defines_nothing_gets_zero_as_missing(graded):

@@ -66,7 +66,7 @@ def test_block_verify_row_and_hidden_packages_are_unreachable_in_the_sandbox(mon
             ), (name, got)
         # Nor can its files be read.
         spec = importlib.util.find_spec(STAND_IN)
-        folder = list(spec.submodule_search_locations)[0]
+        folder = sandbox.mounts.inside(list(spec.submodule_search_locations)[0])  # its path there
         listing = s.run_cell(
             f"import os\nassert os.listdir({folder!r}) == ['__init__.py'], os.listdir({folder!r})",
             30.0,

@@ -25,7 +25,7 @@ import nbformat
 import pytest
 import torch
 
-from specdec_course.grading.judge import batch, edition, exposure, sandbox
+from specdec_course.grading.judge import batch, exposure, sandbox
 from specdec_course.grading.judge.discovery import collect, disagreement, exercise_of
 from specdec_course.grading.judge.exposure import Exposed
 from specdec_course.grading.judge.jobs import Job
@@ -127,8 +127,8 @@ def test_bubblewrap_root_is_read_only_and_the_kernel_is_not_root():
     ]
     if "--unshare-user" in opts:
         assert opts[opts.index("--uid") + 1] != "0"
-    # The package's path shows the student edition's tree, which has no judge side.
-    package = str(edition.package_dir())
+    # The package's path in the sandbox shows the student edition's tree, no judge side.
+    package = sandbox.mounts.package_path()
     tree = opts[opts.index(package) - 1]
     assert opts[opts.index(package) - 2] == "--ro-bind" and tree.endswith("specdec_course")
     assert not os.path.exists(os.path.join(tree, "grading", "judge"))

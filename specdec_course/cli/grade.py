@@ -51,15 +51,38 @@ def add_parser(sub) -> None:
         "scheduler; every worker needs this package and bubblewrap) or local:N (a local "
         "cluster of N workers)",
     )
-    p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell and check")
     p.add_argument(
-        "--notebook-timeout", type=float, default=300.0, help="seconds for all of a notebook"
+        "--cell-timeout",
+        type=float,
+        default=60.0,
+        help="CPU seconds per cell and check (a cell past it is interrupted and costs only itself)",
+    )
+    p.add_argument(
+        "--notebook-timeout",
+        type=float,
+        default=300.0,
+        help="CPU seconds for all of a notebook's cells (past it: the exercise scores 0)",
+    )
+    p.add_argument(
+        "--cell-wall",
+        type=float,
+        default=120.0,
+        help="wall-clock seconds per cell, sleeping included (past it: the exercise scores 0)",
+    )
+    p.add_argument(
+        "--notebook-wall",
+        type=float,
+        default=600.0,
+        help="wall-clock seconds for all of a submission's grading: cells, replays and checks "
+        "(past it: the exercise scores 0, and the worker goes on)",
     )
     p.add_argument(
         "--memory-mb",
         type=int,
-        default=4096,
-        help="memory cap per submission (all its processes together where a cgroup can be made)",
+        default=2048,
+        help="memory cap per submission: all its processes together where a cgroup can be "
+        "made (RLIMIT_AS per process otherwise), and the judge's own work on it (past it: the "
+        "exercise scores 0); the process count is capped at 256",
     )
     p.add_argument("--exercise", default=None, help="grade as this exercise (default: by name)")
     p.add_argument(
@@ -104,6 +127,8 @@ def run(args) -> int:
             workers=args.workers,
             cell_timeout=args.cell_timeout,
             notebook_timeout=args.notebook_timeout,
+            cell_wall=args.cell_wall,
+            notebook_wall=args.notebook_wall,
             memory_mb=args.memory_mb,
             seed=args.seed,
             sandbox_mode=args.sandbox,

@@ -152,6 +152,17 @@ class CGroup:
             cg.remove()
         return cg
 
+    def oom_kills(self) -> int:
+        """How many of its processes the memory cap has killed (0 where it cannot be read)."""
+        for d in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):  # v2, v1
+                with contextlib.suppress(OSError, ValueError):
+                    for line in (d / name).read_text().splitlines():
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill":
+                            return int(value)
+        return 0
+
     def join(self) -> None:
         """Move the calling process into the cgroup (run in the child before exec)."""
         for d in self.dirs:

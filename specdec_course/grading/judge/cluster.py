@@ -145,6 +145,9 @@ def grade_task(
             judge.kill()
             with _state_lock:
                 sandbox.kill_pids(orphans(_before, list(_judges.values())))
+        elif judge.retire:  # the next task gets a fresh judge
+            judge.stop()
+            judge.dead = True
         return res.to_dict(), list(plan.warnings)
 
 
@@ -201,8 +204,8 @@ def run_on_dask(
     warnings: list[str] = []
     try:
         client.wait_for_workers(1, timeout=120)
-        ready = client.run(worker_ready, sandbox_mode)
-        for address, info in ready.items():
+        answers = client.run(worker_ready, sandbox_mode)
+        for address, info in answers.items():
             if info["version"] != __version__:
                 raise RuntimeError(
                     f"Dask worker {address} runs specdec-course {info['version']}, this client "

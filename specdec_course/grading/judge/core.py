@@ -350,6 +350,12 @@ def run_check(
     except StudentError as e:
         res.status = "error"
         res.message = f"raised {_short(e.exc)} on case '{e.case}'{_where(e.exc)}"
+    except MemoryError:  # the checker's own memory (the student's errors are StudentErrors)
+        res.status = "error"
+        res.message = "the check's own work on what your function returned ran out of memory"
+        for o in objs:  # under the batch grader, that is the judge's cap: the exercise scores 0
+            if _is_remote(o):
+                o._sd_session.judge_memory = True
     except Exception as e:  # noqa: BLE001 - a student object so odd that the check itself broke
         res.status = "error"
         res.message = f"the check could not use what your function returned: {_short(e)}"

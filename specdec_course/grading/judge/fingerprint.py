@@ -217,7 +217,7 @@ def flag_near_copies(subs, solutions=(), limit: int = 6) -> None:
         for j in range(i + 1, len(subs)):
             if subs[i].source == subs[j].source:  # flagged as identical already
                 continue
-            for name in mine[i].keys() & mine[j].keys():
+            for name in sorted(mine[i].keys() & mine[j].keys()):  # (the same order every run)
                 score, a, b = compare(mine[i][name], mine[j][name])
                 if score >= THRESHOLD:
                     pairs.append((i, subs[j].display, score, name, a, b))

@@ -17,7 +17,12 @@ from ..student_side.results import STATUSES
 from .context import wall_backstop
 from .core import CheckResult, checks_for
 
-__all__ = ["CheckInfo", "Job", "Submission", "SubmissionResult"]
+__all__ = ["CELL_WALL_S", "CheckInfo", "Job", "NOTEBOOK_WALL_S", "Submission", "SubmissionResult"]
+
+# The wall-clock limits (sleeping counts): each code cell, and all of a submission's grading
+# (its cells, replays and checks, a re-run alone included). Past one, the exercise scores 0.
+CELL_WALL_S = 120.0
+NOTEBOOK_WALL_S = 600.0
 
 # What a worker knows about one check: (id, title, points, hint).
 CheckInfo = tuple[str, str, float, str]
@@ -54,6 +59,9 @@ class Job:
     source: str  # the notebook, as read when the run began
     seed: int | None  # the run's seed (fresh cases); None: the visible ones
     deadline_s: float  # the judge's own limit for the whole submission
+    cell_wall: float = CELL_WALL_S  # wall seconds per code cell
+    notebook_wall: float = NOTEBOOK_WALL_S  # wall seconds for all of the submission
+    wall_used: float = 0.0  # of it, already used (by the first run, for a re-run alone)
 
     @classmethod
     def for_submission(
@@ -64,6 +72,8 @@ class Job:
         notebook_timeout: float,
         memory_mb: int,
         seed: int | None,
+        cell_wall: float = CELL_WALL_S,
+        notebook_wall: float = NOTEBOOK_WALL_S,
     ) -> Job:
         """The job for ``sub`` (whose exercise is known and whose text was read)."""
         checks = tuple((s.id, s.title, s.points, s.hint) for s in checks_for(sub.exercise))
@@ -76,24 +86,32 @@ class Job:
             memory_mb=int(memory_mb),
             source=sub.source or "",
             seed=seed,
-            # Two runs of the notebook (the first and replays), every check, kernel starts:
-            # their CPU limits, as wall time on a machine that gives the kernel little CPU.
-            deadline_s=wall_backstop(
-                2 * float(notebook_timeout) + len(checks) * (float(cell_timeout) + 10) + 120
-            ),
+            deadline_s=_deadline(float(notebook_wall), float(cell_timeout)),
+            cell_wall=float(cell_wall),
+            notebook_wall=float(notebook_wall),
         )
 
-    def only(self, check_ids) -> Job:
-        """The same submission with only the checks ``check_ids`` (a re-run of those)."""
+    def only(self, check_ids, wall_used: float = 0.0) -> Job:
+        """The same submission with only the checks ``check_ids`` (a re-run of those), in what
+        is left of its wall limit once ``wall_used`` seconds are spent."""
         keep = tuple(c for c in self.checks if c[0] in set(check_ids))
-        n = len(keep)
+        used = min(max(0.0, float(wall_used)), self.notebook_wall)
         return replace(
             self,
             checks=keep,
-            deadline_s=wall_backstop(
-                2 * self.notebook_timeout + n * (self.cell_timeout + 10) + 120
-            ),
+            wall_used=used,
+            deadline_s=_deadline(self.notebook_wall - used, self.cell_timeout),
         )
+
+    def limit_names(self) -> dict[str, str]:
+        """How the reports name each limit (its value and option)."""
+        return {
+            "cell_wall": f"the wall-clock limit of a code cell ({self.cell_wall:g} s, --cell-wall)",
+            "notebook_wall": "the wall-clock limit of a submission "
+            f"({self.notebook_wall:g} s, --notebook-wall)",
+            "memory": f"the memory cap ({self.memory_mb} MiB, --memory-mb)",
+            "judge_memory": f"its memory cap ({self.memory_mb} MiB, --memory-mb)",
+        }
 
     def failed_checks(self, status: str, message: str) -> list[CheckResult]:
         """Every check of the job with 0 points, ``status`` and ``message``."""
@@ -125,6 +143,7 @@ class SubmissionResult:
     seed: int | None = None
     # Checks decided by a time limit, for the instructor: "id: what happened".
     time_limited: list[str] = field(default_factory=list)
+    limit: str = ""  # the limit that stopped the submission (it then scores 0), if any
 
     @property
     def points(self) -> float:
@@ -168,6 +187,19 @@ class SubmissionResult:
             self.time_limited.append(f"{c.id}: timed out, re-run alone: {verdict}")
         self.seconds += again.seconds
         self.flags += [f for f in again.flags if f not in self.flags]
+        if again.limit:  # the re-run passed a limit: the exercise scores 0
+            status = again.checks[0].status if again.checks else "timeout"
+            self.stopped_by(again.limit, status)
+
+    def stopped_by(self, limit: str, status: str) -> None:
+        """The submission passed ``limit`` (its message, which names the limit): every check
+        scores 0 with ``status`` and that message."""
+        self.limit = limit
+        self.checks = [
+            replace(c, points=0.0, status=status, message=limit, cases=[]) for c in self.checks
+        ]
+        if limit not in self.notes:
+            self.notes.append(limit)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,7 +221,14 @@ class SubmissionResult:
             [_text(n) for n in _list(d.get("flags"))],
             seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
             [_text(n) for n in _list(d.get("time_limited"))],
+            _text(d.get("limit", "")),
         )
+
+
+def _deadline(notebook_wall: float, cell_timeout: float) -> float:
+    # The judge's own limit: the notebook wall limit, the one check that may have begun just
+    # before it (its CPU limit's wall backstop), kernel starts.
+    return notebook_wall + wall_backstop(cell_timeout) + 60.0
 
 
 def _finite(x: Any) -> bool:

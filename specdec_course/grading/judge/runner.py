@@ -28,7 +28,7 @@ from . import sandbox
 from .cluster import check_scheduler, run_on_dask
 from .core import checks_for, exercises
 from .discovery import collect, disagreement, exercise_of
-from .jobs import Job, SubmissionResult
+from .jobs import CELL_WALL_S, NOTEBOOK_WALL_S, Job, SubmissionResult
 from .journal import Journal, submission_key
 from .reports import escape
 from .worker import Judge, orphans
@@ -49,10 +49,11 @@ class GradeRun(list):
     journal: Journal | None = None
 
 
-def _check_args(workers, cell_timeout, notebook_timeout, memory_mb, seed) -> None:
+def _check_args(workers, cell_timeout, notebook_timeout, memory_mb, seed, walls=()) -> None:
     if workers is not None:
         check_int(workers, "workers")
-    for name, v in (("cell_timeout", cell_timeout), ("notebook_timeout", notebook_timeout)):
+    times = [("cell_timeout", cell_timeout), ("notebook_timeout", notebook_timeout), *walls]
+    for name, v in times:
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a number of seconds > 0; got {v!r}")
     check_int(memory_mb, "memory_mb (MiB; 0: no cap)", minimum=0)
@@ -72,23 +73,29 @@ def grade(
     workers: int | None = None,
     cell_timeout: float = 60.0,
     notebook_timeout: float = 300.0,
-    memory_mb: int = 4096,
+    memory_mb: int = 2048,
     progress: bool = True,
     seed: int | None = None,
     sandbox_mode: str = "auto",
     scheduler: str | None = None,
     solutions: list[str | os.PathLike] | None = None,
     journal: str | os.PathLike | None = None,
+    cell_wall: float = CELL_WALL_S,
+    notebook_wall: float = NOTEBOOK_WALL_S,
 ) -> GradeRun:
     """Grade every notebook in ``paths`` (files or folders); results in the order found.
 
     ``exercise`` overrides the exercise each notebook is taken to be; ``workers`` submissions
     run at once (default: the number of CPUs); ``cell_timeout`` seconds per cell and per
-    check, ``notebook_timeout`` seconds for all of a notebook's cells; ``memory_mb`` caps
-    each submission's memory, all its processes together where a cgroup can be made (0: no
-    cap). ``seed`` draws the checks' cases (default: a fresh random seed, in the results);
-    ``sandbox_mode`` is ``"auto"``, ``"require"``, ``"weak"`` or ``"off"``
-    (:func:`.sandbox.plan`: auto and require refuse where no cgroup can be made).
+    check, ``notebook_timeout`` seconds for all of a notebook's cells (both CPU time where a
+    cgroup counts it); ``cell_wall`` wall-clock seconds per cell and ``notebook_wall`` for all
+    of a submission's grading (sleeping counts); ``memory_mb`` caps each submission's memory,
+    all its processes together where a cgroup can be made (0: no cap), and the judge's work
+    on it. Past a wall limit, the memory cap or the notebook's limit, the exercise scores 0,
+    with a message that names the limit (:mod:`.submission`). ``seed`` draws the checks'
+    cases (default: a fresh random seed, in the results); ``sandbox_mode`` is ``"auto"``,
+    ``"require"``, ``"weak"`` or ``"off"`` (:func:`.sandbox.plan`: every mode but off refuses
+    where bubblewrap cannot run, auto and require where no cgroup can be made).
     ``progress`` prints one line per finished submission to stderr. ``scheduler`` sends one
     task per submission to a Dask cluster instead of the local pool: ``"tcp://HOST:PORT"``
     (an existing scheduler; every worker needs this package and, for the sandbox,
@@ -105,7 +112,8 @@ def grade(
     no sandbox runs here or on a Dask worker (unless ``sandbox_mode`` is ``"off"``),
     ``RuntimeError`` when the cluster cannot be reached. Nothing a submission does raises.
     """
-    _check_args(workers, cell_timeout, notebook_timeout, memory_mb, seed)
+    walls = (("cell_wall", cell_wall), ("notebook_wall", notebook_wall))
+    _check_args(workers, cell_timeout, notebook_timeout, memory_mb, seed, walls)
     if sandbox_mode not in sandbox.MODES:
         raise ValueError(f"sandbox must be one of {', '.join(sandbox.MODES)}; got {sandbox_mode!r}")
     if exercise is not None and exercise not in exercises():
@@ -132,6 +140,7 @@ def grade(
         options = {
             "exercise": exercise, "cell_timeout": cell_timeout,
             "notebook_timeout": notebook_timeout, "memory_mb": memory_mb,
+            "cell_wall": cell_wall, "notebook_wall": notebook_wall,
             "sandbox": sandbox_mode, "scheduler": scheduler,
             "solutions": None if solutions is None else [str(p) for p in solutions],
             "submissions": sorted(submission_key(s) for s in subs),
@@ -175,6 +184,8 @@ def grade(
             notebook_timeout=notebook_timeout,
             memory_mb=memory_mb,
             seed=run_seed,
+            cell_wall=cell_wall,
+            notebook_wall=notebook_wall,
         )
         for i in queue
     }
@@ -221,7 +232,12 @@ def grade(
     # A check that ran out of time is graded again, alone (nothing else grading beside it),
     # before it is scored: a busy machine costs no one points. Both runs are in the
     # gradebook's time_limited column.
-    again = {i: jobs[i].only(results[i].timed_out()) for i in queue if results[i].timed_out()}
+    # Within what is left of the submission's wall limit; none for one stopped by a limit.
+    again = {
+        i: jobs[i].only(results[i].timed_out(), results[i].seconds)
+        for i in queue
+        if results[i].timed_out() and not results[i].limit
+    }
 
     def rerun_done(i: int, res: SubmissionResult) -> None:
         results[i].merge_rerun(res)
@@ -273,6 +289,9 @@ def _run_pool(queue: list[int], jobs: dict[int, Job], workers, the_plan, finish)
                 if broken:
                     w.kill()
                     sandbox.kill_pids(orphans(before, pool))
+                elif w.retire:  # a fresh judge for the next submission
+                    w.stop()
+                    w.dead = True
                 finish(i, res)
     finally:
         for w in pool:

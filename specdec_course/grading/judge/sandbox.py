@@ -1,8 +1,9 @@
 """The sandbox a submission's kernel runs in: bubblewrap, a cgroup, limits, and cleanup.
 
 With bubblewrap (``bwrap``), the kernel sees a read-only system (``/usr``, a few files of
-``/etc``), the Python installation, the course's data and, at the package's path, the
-student edition of the package (:mod:`.edition`: the listed modules only), read-only; a private
+``/etc``), the Python installation, the course's data and the student edition of the
+package (:mod:`.edition`: the listed modules only), read-only and at neutral paths
+(:mod:`.mounts`: no folder keeps its host path); a private
 tmpfs as its home and ``/tmp``; no network, no other process (its own PID namespace), no
 submissions folder, no ``solutions/``, no output folder, no home folder. ``--die-with-parent``
 ends it with its judge. A cgroup, where one can be created (v2, else v1), caps the memory and
@@ -35,7 +36,7 @@ from pathlib import Path
 from specdec_course.paths import data_dir
 
 from ..student_side import BATCH_ENV, UID_ENV
-from . import edition, withheld
+from . import edition, mounts
 from .cgroup import CGroup, kill_pids
 from .processes import Started, descendants, remove_cgroups, set_subreaper
 
@@ -134,14 +135,18 @@ def _this_package() -> str:
     return f"import sys; sys.path.insert(0, {parent!r}); "
 
 
-def kernel_command() -> list[str]:
+_RUN_KERNEL = (
+    "import runpy; runpy.run_module('specdec_course.grading.student_side', "
+    "run_name='__main__', alter_sys=True)"
+)
+
+
+def kernel_command(sandboxed: bool = False) -> list[str]:
     """The command that starts a kernel (:mod:`.student_side`), with this interpreter and this
-    copy of the package."""
-    code = _this_package() + (
-        "import runpy; runpy.run_module('specdec_course.grading.student_side', "
-        "run_name='__main__', alter_sys=True)"
-    )
-    return [sys.executable, "-I", "-c", code]
+    copy of the package: in bubblewrap (``sandboxed``) at their neutral paths (:mod:`.mounts`)."""
+    if sandboxed:
+        return mounts.kernel_command(_RUN_KERNEL)
+    return [sys.executable, "-I", "-c", _this_package() + _RUN_KERNEL]
 
 
 def _env(home: str) -> dict[str, str]:
@@ -172,66 +177,6 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
-def _binds() -> list[str]:
-    """bwrap options that show the system, Python, the course's data and, at the package's
-    path, the student edition (:func:`.edition.build_tree`: the listed modules only, so no
-    file of the judge side is there), all read-only."""
-    opts = ["--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(top):
-            opts += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            opts += ["--ro-bind", top, top]
-    for name in _ETC:
-        opts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    roots: list[str] = []
-    package = edition.package_dir()
-    candidates = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix]
-    import site
-
-    with contextlib.suppress(Exception):
-        user_site = site.getusersitepackages()
-        if user_site in sys.path and os.path.isdir(user_site):
-            candidates.append(user_site)
-    candidates += [str(data_dir())]
-    for c in candidates:
-        real = os.path.realpath(c)
-        if not os.path.isdir(real) or real.startswith("/usr/"):
-            continue
-        if any(real == r or real.startswith(r + "/") for r in roots):
-            continue
-        roots = [r for r in roots if not r.startswith(real + "/")] + [real]
-    for r in roots:
-        opts += ["--ro-bind", r, r]
-    # Over the package wherever it lies (a root above may hold it: site-packages, say).
-    opts += ["--ro-bind", str(edition.build_tree()), str(package)]
-    opts += withheld.hidden_package_options()  # transformers' own speculative sampling, ...
-    # The venv's python is a symlink into the base installation; keep the path it was run by.
-    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
-    if not any(exe_dir == r or exe_dir.startswith(r + "/") for r in roots + ["/usr"]):
-        opts += ["--ro-bind", exe_dir, exe_dir]
-    return opts
-
-
-def _open_parents(binds: list[str]) -> list[str]:
-    """``--dir`` options, mode 0755, for the folders above every mount point in ``binds``:
-    bubblewrap makes them 0700, which only a kernel that is (or maps to) root can cross."""
-    two = {"--ro-bind", "--ro-bind-try", "--bind", "--symlink"}
-    dests, i = [], 0
-    while i < len(binds):
-        if binds[i] in two:
-            dests.append(binds[i + 2])
-            i += 3
-        else:  # --tmpfs, --remount-ro DEST
-            dests.append(binds[i + 1])
-            i += 2
-    parents = {str(p) for d in dests for p in Path(d).parents if str(p) != "/"}
-    out: list[str] = []
-    for p in sorted(parents, key=lambda p: (p.count("/"), p)):
-        out += ["--perms", "0755", "--dir", p]
-    return out
-
-
 def _bwrap_options(variant: int) -> list[str]:
     if variant == 2:
         # Root without a cgroup: no user namespace (in one, the kernel's uid would still be
@@ -256,9 +201,9 @@ def _bwrap_options(variant: int) -> list[str]:
     for path in ("/tmp", HOME, "/dev/shm"):
         opts += ["--perms", "1777"] if variant == 2 else []
         opts += ["--size", str(_TMPFS_MB * 2**20), "--tmpfs", path]
-    binds = _binds()
+    binds = mounts.binds()
     if variant == 2:
-        opts += _open_parents(binds)
+        opts += mounts.open_parents(binds)
     opts += binds
     # Everything but the three scratch folders read-only: the root's own tmpfs (which has
     # no size cap) takes no file.
@@ -350,16 +295,16 @@ def plan(mode: str = "auto") -> Plan:
     own_uid = cg is None and mode != "off" and os.geteuid() == 0
     result = Plan("none", [], _env(HOME), cg is not None, warnings, own_uid)
     uid = {UID_ENV: str(kernel_uid())} if own_uid else {}
-    code = _this_package() + (_AS_KERNEL if own_uid else "import specdec_course.paths")
     if mode != "off":  # auto, require, weak
         exe = shutil.which("bwrap")
         why = "bubblewrap (bwrap) is not installed"
         for variant in ((2,) if own_uid else (0, 1)) if exe else ():
             opts = [exe, *_bwrap_options(variant)]
-            for k, v in result.env.items():
+            for k, v in {**result.env, **mounts.env()}.items():
                 opts += ["--setenv", k, v]
             extra = [a for k, v in uid.items() for a in ("--setenv", k, v)]
-            failed = _probe([*opts, *extra, sys.executable, "-I", "-c", code], None)
+            kernel = mounts.kernel_command(_AS_KERNEL if own_uid else "import specdec_course.paths")
+            failed = _probe([*opts, *extra, *kernel], None)
             if not failed:
                 result.mode, result.bwrap = "bwrap", opts
                 break
@@ -443,10 +388,9 @@ def start(
         exercise, functions = withhold
         hide = []
         if functions:  # the edition with this exercise's functions withheld, over the plain one
-            hide = ["--ro-bind", str(edition.build_tree(exercise, functions))]
-            hide.append(str(edition.package_dir()))
+            hide = mounts.edition_binds(edition.build_tree(exercise, functions))
         argv = [*the_plan.bwrap, *hide, "--setenv", FDS_ENV, fds]
-        argv += [a for k, v in uid.items() for a in ("--setenv", k, v)] + kernel_command()
+        argv += [a for k, v in uid.items() for a in ("--setenv", k, v)] + kernel_command(True)
         env, cwd = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, None
     else:
         scratch = tempfile.mkdtemp(prefix="specdec-kernel-")

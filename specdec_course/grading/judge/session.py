@@ -33,10 +33,11 @@ class KernelGone(KernelLost):
     A BaseException, so that a check's ``except Exception:`` does not take it for the
     student's error."""
 
-    def __init__(self, why: str, status: str = "crashed"):
+    def __init__(self, why: str, status: str = "crashed", limit: str = ""):
         BaseException.__init__(self, why)
         self.why = why
         self.status = status  # "crashed" or "timeout"
+        self.limit = limit  # "memory": the memory cap killed it
 
 
 class RemoteTimeout(Exception):
@@ -68,6 +69,7 @@ class Session:
         self.starts = 0
         self.withhold = withhold  # (exercise, the package's functions its sandbox lacks)
         self.withheld_called: set[str] = set()  # those a call or a cell raised from
+        self.judge_memory = False  # the judge's work for it passed the judge's memory cap
 
     # ---- life
 
@@ -114,8 +116,8 @@ class Session:
             self.proc = None
         self.exposed.clear()
 
-    def _gone(self, why: str, status: str = "crashed") -> KernelGone:
-        self.lost = KernelGone(why, status)
+    def _gone(self, why: str, status: str = "crashed", limit: str = "") -> KernelGone:
+        self.lost = KernelGone(why, status, limit)
         self.stop()
         return self.lost
 
@@ -153,7 +155,13 @@ class Session:
                 "it did not answer in time (it ignored its time limit)", "timeout"
             ) from None
         except (EOFError, OSError):
-            raise self._gone(self._death()) from None
+            cg = self.proc.cgroup if self.proc is not None else None
+            why = self._death()
+            if cg is not None and cg.oom_kills() > 0:  # (read before stop removes it)
+                raise self._gone(
+                    f"the memory cap ({self.memory_mb} MiB) killed it", limit="memory"
+                ) from None
+            raise self._gone(why) from None
         except (wire.WireError, KeyError, TypeError, ValueError, ReferenceError) as e:
             raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
 
@@ -197,6 +205,8 @@ class Session:
             enc, blobs, _ = wire.encode(result, ref=self.exposed.for_results)
             reply = {"op": "cbdone", "value": enc, "track": track}
         except Exception as e:  # noqa: BLE001 - goes back to the student's code
+            if isinstance(e, MemoryError):  # the judge's own cap, which the kernel drove to
+                self.judge_memory = True
             blobs, reply = [], {"op": "cbdone", "error": wire.error_info(e)}
         live = self.exposed.live_values()
         if live:
@@ -299,6 +309,9 @@ class Session:
                 if not (isinstance(after, list) and len(after) == len(args)):
                     raise TypeError("malformed arguments")
                 return value, tuple(after)
+        except MemoryError:
+            self.judge_memory = True
+            raise self._gone("what it sent passed the judge's memory cap") from None
         except (wire.WireError, KeyError, TypeError, ValueError, RuntimeError) as e:
             raise self._gone(f"it garbled the grader's channel ({type(e).__name__})") from None
         return value

@@ -5,7 +5,10 @@
 2. Run its code cells one by one in a fresh kernel (:mod:`.session`), each with a time
    limit. A cell that raises or is interrupted is noted and the run goes on; a cell that
    kills the kernel, or will not stop, is noted and skipped, and the notebook is replayed in
-   a fresh kernel without it: it costs only what it would have defined.
+   a fresh kernel without it: it costs only what it would have defined. A cell that passes
+   its wall-clock limit (sleeping counts) or the memory cap, or cells that together pass the
+   notebook's limits, stop the submission at once: the exercise scores 0, with a message that
+   names the limit, and the worker goes on to the next submission.
 3. Run every check of the exercise in this process, on the functions the notebook defined,
    found by name: each call goes to the kernel with arguments the check chose (cases drawn
    fresh from the run's seed) and comes back as plain data, which the check judges. Points
@@ -70,9 +73,16 @@ class _Notebook:
         self.budget = job.notebook_timeout
         self.wall_budget = wall_backstop(job.notebook_timeout)
         self.stopped_at: int | None = None
-        # Replays must leave the checks their time within the judge's own limit.
-        per_check = wall_backstop(job.cell_timeout) + 10
-        self.end = time.monotonic() + job.deadline_s - len(job.checks) * per_check
+        # The submission's wall-clock limit, from its start: cells, replays and checks.
+        self.end = time.monotonic() + job.notebook_wall - job.wall_used
+        self.limit, self.limit_status = "", ""  # the limit that stopped it, if one did
+        self.names = job.limit_names()
+
+    def stop(self, limit: str, status: str, where: str = "") -> None:
+        """The submission passed ``limit`` (a key of :meth:`.jobs.Job.limit_names`)."""
+        if not self.limit:
+            self.limit = f"{where}passed {self.names[limit]}: the exercise scores 0"
+            self.limit_status = status
 
     def note(self, text: str) -> None:
         if len(self.notes) < _MAX_NOTES:
@@ -80,7 +90,7 @@ class _Notebook:
 
     def run(self) -> bool:
         """Start a kernel and run the cells; ``False`` if no kernel could be kept alive."""
-        while self.session.starts < self.max_starts:
+        while self.session.starts < self.max_starts and not self.limit:
             try:
                 self.session.start()
             except KernelGone as e:
@@ -97,22 +107,30 @@ class _Notebook:
                 continue
             first = i not in self.seen
             self.seen.add(i)
-            if min(self.budget, self.wall_budget, self.end - time.monotonic()) <= 0:
+            where = f"code cell {i + 1} "
+            if self.end - time.monotonic() <= 0:
+                self.stop("notebook_wall", "timeout", where)
+                return True
+            if min(self.budget, self.wall_budget) <= 0:  # (CPU: it costs the cells left)
                 self.stopped_at = i
                 self.note(
                     f"the notebook ran past its {self.job.notebook_timeout:g} s limit and was "
                     f"stopped before code cell {i + 1}"
                 )
                 continue
-            timeout = max(1.0, min(self.job.cell_timeout, self.budget))
-            wall = max(
-                1.0, min(wall_backstop(timeout), self.wall_budget, self.end - time.monotonic())
-            )
+            cell_wall = min(self.job.cell_wall, self.end - time.monotonic())
+            wall = max(0.5, min(cell_wall, self.wall_budget))
+            timeout = max(0.5, min(self.job.cell_timeout, self.budget, wall))
             clock = self._clock()
             try:
                 reply = self.session.run_cell(source, timeout, wall)
             except KernelGone as e:
                 self._spend(clock)
+                if e.limit == "memory" or time.monotonic() - clock[0] >= wall:
+                    # Killed by the memory cap, or past its wall limit and deaf to the alarm.
+                    walls = "cell_wall" if wall >= self.job.cell_wall - 0.01 else "notebook_wall"
+                    self.stop("memory" if e.limit == "memory" else walls, e.status, where)
+                    return True
                 self.skipped.add(i)
                 what = (
                     f"ran past {timeout:g} s and did not stop when interrupted"
@@ -122,6 +140,15 @@ class _Notebook:
                 self.note(f"code cell {i + 1} {what}; the notebook was run again without it")
                 return False
             self._spend(clock)
+            err = reply.get("error")
+            if isinstance(err, dict) and err.get("type") == "MemoryError":
+                self.stop("memory", "error", where)
+                return True
+            if reply.get("timeout") and self._waited(clock, wall):
+                # Its wall limit, not its CPU limit, and it used next to no CPU: it waited.
+                walls = "cell_wall" if wall >= self.job.cell_wall - 0.01 else "notebook_wall"
+                self.stop(walls, "timeout", where)
+                return True
             if not first:
                 continue
             if reply.get("timeout"):
@@ -146,6 +173,16 @@ class _Notebook:
                 )
         return True
 
+    def _waited(self, clock: tuple[float, float | None], wall: float) -> bool:
+        # Stopped by its wall limit while using under 5% of it in CPU time (where the CPU
+        # time cannot be read, every stop at the wall limit counts): a starved computation
+        # is stopped as its CPU limit would have, and costs only itself.
+        t0, cpu0 = clock
+        if time.monotonic() - t0 < wall - 0.25:
+            return False
+        cpu = self.session.cpu_seconds() if cpu0 is not None else None
+        return cpu is None or cpu - cpu0 < 0.05 * wall
+
     def _clock(self) -> tuple[float, float | None]:
         return time.monotonic(), self.session.cpu_seconds()
 
@@ -162,13 +199,13 @@ class _Notebook:
             return True
         self.budget = self.job.notebook_timeout  # a replay gets the notebook's time again
         self.wall_budget = wall_backstop(self.job.notebook_timeout)
-        while self.session.starts < self.max_starts:
+        while self.session.starts < self.max_starts and not self.limit:
             try:
                 self.session.start()
             except KernelGone:
                 return False
             if self._run_cells():
-                return True
+                return not self.limit
         return False
 
 
@@ -266,11 +303,11 @@ def grade_submission(
             nb.run()
         with context.grading_seed(job.seed):
             for spec in specs:
-                if time.monotonic() - t0 > job.deadline_s:
-                    result.checks.append(
-                        _lost_check(spec, "timeout", "the submission ran out of grading time")
-                    )
-                    continue
+                if nb.limit:  # past a limit: no check runs, the worker is freed
+                    break
+                if time.monotonic() > nb.end:
+                    nb.stop("notebook_wall", "timeout", f"the grading, before check {spec.id}, ")
+                    break
                 forwarders = dict(findings.forwarders)
                 if findings.tampering:
                     result.checks.append(_tampered(spec, findings.tampering[0]))
@@ -287,7 +324,12 @@ def grade_submission(
             f"calls the course's own {name}, which its sandbox withholds while {job.exercise} "
             "is graded"
         )
+    if nb.session.judge_memory:
+        nb.stop("judge_memory", "error", "the judge's work on it ")
     result.notes = nb.notes
     result.flags = findings.flags
+    if nb.limit:
+        result.checks = job.failed_checks(nb.limit_status, nb.limit)
+        result.stopped_by(nb.limit, nb.limit_status)
     result.seconds = time.monotonic() - t0
     return result

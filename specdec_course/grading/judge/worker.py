@@ -45,18 +45,39 @@ STARTUP_GRACE_S = 120.0
 
 
 # The judge's own memory (its data segment: heap and anonymous maps), whatever a kernel asks
-# of it: far above an honest check's need (the budgets of :mod:`.exposure` keep it so); past
-# it the check in hand fails with a MemoryError, and the judge goes on.
-JUDGE_MEMORY_MB = 4096
+# of it: its size once started (torch, the checks) plus the job's memory cap (--memory-mb,
+# 2 GiB by default) for its work on each submission, far above an honest check's need (the
+# budgets of :mod:`.exposure` keep it so). Past it the check in hand fails with a
+# MemoryError, the exercise scores 0, and a fresh judge grades the next submission.
+JUDGE_MEMORY_MB = 2048
+# A judge whose resident memory grew by more than this on one submission is replaced, so
+# that the next submission does not share what it was driven to.
+RETIRE_GROWTH_MB = 512
+
+
+def _data_mb() -> float:
+    """This process's data segment (``VmData``) in MiB (0 where it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def limit_memory(mb: int) -> None:
-    """Cap this process's data segment at ``mb`` MiB (soft limit; its kernels lift it)."""
+    """Cap this process's data segment at what it holds now plus ``mb`` MiB (soft limit; its
+    kernels lift it)."""
     import resource
 
     with contextlib.suppress(ValueError, OSError):
         _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        cap = mb * 2**20
+        cap = int((_data_mb() + mb) * 2**20)
         if hard != resource.RLIM_INFINITY:
             cap = min(cap, hard)
         resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
@@ -103,7 +124,6 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
     set_subreaper()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
-    limit_memory(JUDGE_MEMORY_MB)
 
     set_threads(1)  # the judge's share of the cores; the kernels have theirs
     plan = Plan.from_dict(plan_dict)
@@ -121,10 +141,18 @@ def worker_main(conn, plan_dict: dict[str, Any]) -> None:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(("check", check.to_dict()))
 
-        res = grade_job(Job.from_dict(payload), plan, seq, judged)
+        job = Job.from_dict(payload)
+        limit_memory(job.memory_mb or JUDGE_MEMORY_MB)  # this submission's work
+        peak = _peak_rss_mb()
+        res = grade_job(job, plan, seq, judged)
+        answer = res.to_dict()
+        # (A submission stopped by a limit, the judge's memory cap included, retires it too.)
+        answer["retire"] = bool(_peak_rss_mb() - peak > RETIRE_GROWTH_MB or res.limit)
         try:
-            conn.send(("result", res.to_dict()))
+            conn.send(("result", answer))
         except (OSError, ValueError):
+            return
+        if answer["retire"]:  # the parent starts a fresh judge for the next submission
             return
 
 
@@ -158,6 +186,7 @@ class Judge:
     start: float = 0.0
     deadline: float = math.inf
     dead: bool = False
+    retire: bool = False  # it asked to be replaced (it was driven to use much memory)
     judged: dict[str, CheckResult] = field(default_factory=dict)  # checks already judged
 
     @classmethod
@@ -219,6 +248,7 @@ class Judge:
             if kind != "result":
                 return self.lost("crashed", "the grading worker sent nothing usable"), True
             try:
+                self.retire = isinstance(payload, dict) and payload.get("retire") is True
                 return SubmissionResult.from_dict(payload), False
             except (ValueError, TypeError, KeyError) as e:
                 return self.lost("crashed", f"the grader got a malformed result ({e})"), True
