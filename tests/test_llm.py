@@ -761,3 +761,13 @@ def test_the_bench_rows_count_tokens_calls_and_drafts(llm32):
         assert r["identical"] and r["speedup"] > 0
     lookup = [r for r in rows if r["proposer"] == "prompt_lookup"][0]
     assert lookup["tokens_per_call"] > 1.5  # the first grounded prompt asks for a copy
+
+
+def test_a_cached_choice_made_among_other_kernels_is_measured_again():
+    from specdec_course.llm import kernels, packed
+
+    table = [packed.KERNELS[0]] * len(kernels.SIZES)
+    now = {k: True for k in packed.KERNELS}
+    assert kernels._valid({"table": table, "invariant": now})
+    older = dict(list(now.items())[:-1])  # a record from before the last kernel was added
+    assert not kernels._valid({"table": table, "invariant": older})
