@@ -68,6 +68,7 @@ class Watched:
     plain_seconds: float | None = None
     stop_ids: tuple = ()
     label: str = ""
+    temperature: float = 0.0
 
     @property
     def new_tokens(self) -> int:
@@ -137,8 +138,9 @@ class Watched:
             line += (
                 f"; this machine, wall clock: plain {n / self.plain_seconds:.1f} tokens/s, "
                 f"speculative {n / self.spec_seconds:.1f} tokens/s ({self.speedup:.2f}x); "
-                f"identical to plain: {self.identical}"
-            )
+                + (f"identical to plain: {self.identical}" if self.temperature == 0 else
+                   "sampled: the same law as plain decoding, other draws")
+            )  # fmt: skip
         return line
 
     def legend(self) -> str:
@@ -252,6 +254,7 @@ def watch(
     return Watched(
         prompt.numel(), ids.cpu(), iterations, decode, spec_s,
         None if plain_ids is None else plain_ids.cpu(), plain_s, tuple(stop_ids), label,
+        float(temperature),
     )  # fmt: skip
 
 
