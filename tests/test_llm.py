@@ -663,13 +663,15 @@ def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
     """With every kernel this CPU found row-invariant (``llm.kernels``; the calibrated choice
     is one of them where there is one), a token's logits are the same bits whether its call
     scores 1, 3, 4, 5 or 9 tokens: what makes greedy speculative text plain greedy text by
-    construction (each token's attention is its own call, ``llm.llama``)."""
-    from specdec_course.llm import kernels, packed
+    construction. Attention batched (the default) and per token; the batched path also with
+    the call crossing the end of a block of keys (``llm.llama.KEY_BLOCK``)."""
+    from specdec_course.llm import kernels, llama, packed
 
     model, tok = llm32
     exact = [k for k, ok in kernels.current()["invariant"].items() if ok]
     if not exact:
         pytest.skip("no float32 product on this CPU is row-invariant (llm.kernels)")
+    assert model.layers[0].attention.mode == "batched"  # this CPU's batched path is exact
     ids = torch.tensor(tok.encode(" ".join(TEXTS)))[:31]
     assert ids.numel() == 31
     assert kernels.current()["table"][0] in exact  # the calibrated choice is one of them
@@ -678,24 +680,78 @@ def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
             one = _logits_by_calls(model, ids, 22, [1] * 9)
             for sizes in ([3] * 3, [5, 4], [9]):
                 assert torch.equal(_logits_by_calls(model, ids, 22, sizes), one), (kernel, sizes)
+    long = torch.tensor(tok.encode(" ".join(TEXTS * 4)))[: llama.KEY_BLOCK + 3]
+    context = llama.KEY_BLOCK - 6  # the tokens of a call of 9 on both sides of the block's end
+    one = _logits_by_calls(model, long, context, [1] * 9)
+    for sizes in ([5, 4], [9]):
+        assert torch.equal(_logits_by_calls(model, long, context, sizes), one), sizes
+    try:
+        model.set_attention("per_token")
+        one = _logits_by_calls(model, ids, 22, [1] * 9)
+        assert torch.equal(_logits_by_calls(model, ids, 22, [9]), one)
+    finally:
+        model.set_attention("batched")
 
 
-def test_fused_attention_is_the_same_model_to_float32s_rounding(llm32):
-    """``set_per_token_attention(False)`` scores a call's tokens in one fused attention call:
-    the same logits as the per-token calls to float32's rounding, and the default comes back;
-    anything but a bool is refused."""
+_BATCHED_CHECK = (
+    "import torch; from specdec_course.llm import llama; "
+    "print(llama.batched_attention_is_row_invariant(3, 3, 64, torch.device('cpu')))"
+)
+
+
+@_NO_ONEDNN
+def test_batched_attention_rows_are_the_same_bits_with_atens_default_kernels(llm32):
+    """The batched attention's row invariance (``llama.batched_attention_is_row_invariant``,
+    what ``finish_loading`` checks) holds with ATen's vector kernels (this process) and with
+    its scalar ones (``ATEN_CPU_CAPABILITY=default``, a fresh process)."""
+    import os
+    import subprocess
+    import sys
+
+    from specdec_course.llm import kernels, llama
+
+    if not any(kernels.current()["invariant"].values()):
+        pytest.skip("no float32 product on this CPU is row-invariant (llm.kernels)")
+    check = llama.batched_attention_is_row_invariant.__wrapped__
+    assert check(3, 3, 64, torch.device("cpu"))
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", _BATCHED_CHECK], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
+
+
+def test_a_caches_unwritten_positions_never_reach_the_logits(llm32):
+    """The batched attention reads keys and values up to a whole block past the call's end
+    (weighted 0): the cache zeroes them before any is read, so a cache holding NaN where
+    nothing was written gives the logits a fresh one gives."""
+    model, tok = llm32
+    ids = torch.tensor(tok.encode(TEXTS[0]))[None]
+    with torch.inference_mode():
+        ref = model(ids, model.new_cache())
+        cache = model.new_cache()
+        cache.k.fill_(float("nan"))
+        cache.v.fill_(float("nan"))
+        assert torch.equal(model(ids, cache), ref)
+
+
+def test_each_attention_mode_is_the_same_model_to_float32s_rounding(llm32):
+    """``set_attention``: per token, and one fused SDPA call, give the batched path's logits
+    to float32's rounding, and the default comes back; an unknown mode is refused."""
     model, tok = llm32
     ids = torch.tensor(tok.encode(TEXTS[0]))
     exact = _logits_by_calls(model, ids, 4, [ids.numel() - 4])
     try:
-        assert model.set_per_token_attention(False) is model
-        fused = _logits_by_calls(model, ids, 4, [ids.numel() - 4])
+        for mode in ("per_token", "fused"):
+            assert model.set_attention(mode) is model
+            other = _logits_by_calls(model, ids, 4, [ids.numel() - 4])
+            assert torch.allclose(other, exact, rtol=1e-4, atol=1e-3), mode
     finally:
-        model.set_per_token_attention(True)
-    assert torch.allclose(fused, exact, rtol=1e-4, atol=1e-3)
+        model.set_attention("batched")
     assert torch.equal(_logits_by_calls(model, ids, 4, [ids.numel() - 4]), exact)
-    with pytest.raises(ValueError, match="True or False"):
-        model.set_per_token_attention(1)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        model.set_attention("flash")
 
 
 @_NO_ONEDNN
