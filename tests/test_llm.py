@@ -7,32 +7,15 @@ absent. The model loads once per module (about 15 s on a 2-core CPU); transforme
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import torch
+from helpers import llm_skip_reason
 
 from specdec_course import decoding, stats
 from specdec_course.sampling import process_logits
 
-
-def _why_skip() -> str | None:
-    for mod in ("gguf", "tokenizers", "jinja2"):
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            return f"the [llm] extra is not installed ({mod} missing): pip install -e '.[llm]'"
-    from specdec_course.llm import gguf_load
-
-    try:
-        gguf_load.gguf_path(verify=False)
-    except ImportError as e:
-        return str(e)
-    return None
-
-
-_SKIP = _why_skip()
+_SKIP = llm_skip_reason()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 

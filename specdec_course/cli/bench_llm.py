@@ -384,12 +384,6 @@ class _Steps:
 
 
 def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
+    from ..devices import cpu_name
 
-    return platform.processor() or platform.machine()
+    return cpu_name()

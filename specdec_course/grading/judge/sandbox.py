@@ -58,16 +58,6 @@ __all__ = [
 HOME = "/home/student"
 FDS_ENV = "SPECDEC_KERNEL_FDS"  # "r,w": the kernel's ends of its two pipes
 _TMPFS_MB = 256  # the scratch folders' size (they count against the memory cap too)
-_ETC = (
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "localtime",
-    "nsswitch.conf",
-    "passwd",
-    "group",
-    "alternatives",
-)
 
 
 @dataclass
