@@ -22,6 +22,7 @@ token counts and the identity are what a cell can check.
 
 from __future__ import annotations
 
+import functools
 import html
 import time
 from dataclasses import dataclass, field
@@ -94,7 +95,14 @@ class Watched:
     def pieces(self) -> list[tuple[str, str]]:
         """``[(kind, text)]`` in order: each iteration's accepted drafts (one piece), its
         rejected draft (if any) and the target's token; cut at the first stop token."""
-        out, seen = [], []
+        return list(self._pieces)
+
+    @functools.cached_property
+    def _pieces(self) -> list[tuple[str, str]]:
+        # A token's text is what it adds to the decoded text so far (BPE tokens can merge);
+        # a rejected draft is decoded the same way but not committed. Computed once: the
+        # run does not change, and the text, its HTML and its repr all read it.
+        out, seen, before = [], [], self.decode([])
         for it in self.iterations:
             run = [("accepted", t) for t in it.drafted[: it.accepted]]
             if it.rejected is not None:
@@ -103,17 +111,13 @@ class Watched:
             for kind, t in run:
                 if kind != "rejected" and t in self.stop_ids:
                     return _merge(out)
-                out.append((kind, self._text(seen, t, kind != "rejected")))
+                after = self.decode([*seen, t])
+                piece = after[len(before) :] if after.startswith(before) else self.decode([t])
+                out.append((kind, piece))
+                if kind != "rejected":
+                    seen.append(t)
+                    before = after
         return _merge(out)
-
-    def _text(self, seen: list[int], token: int, commit: bool) -> str:
-        # A token's text is what it adds to the decoded text so far (BPE tokens can merge);
-        # a rejected draft is decoded the same way but not committed.
-        before = self.decode(seen)
-        after = self.decode([*seen, token])
-        if commit:
-            seen.append(token)
-        return after[len(before) :] if after.startswith(before) else self.decode([token])
 
     def text(self) -> str:
         """The committed text (speculative), cut at the first stop token."""
