@@ -647,8 +647,8 @@ def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
     is one of them where there is one), a token's logits are the same bits whether its call
     scores 1, 3, 4, 5 or 9 tokens: what makes greedy speculative text plain greedy text by
     construction. Attention batched (the default) and per token; the batched path also with
-    the call crossing the end of a block of keys (``llm.llama.KEY_BLOCK``)."""
-    from specdec_course.llm import kernels, llama, packed
+    the call crossing the end of a block of keys (``llm.attention.KEY_BLOCK``)."""
+    from specdec_course.llm import attention, kernels, packed
 
     model, tok = llm32
     exact = [k for k, ok in kernels.current()["invariant"].items() if ok]
@@ -663,8 +663,8 @@ def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
             one = _logits_by_calls(model, ids, 22, [1] * 9)
             for sizes in ([3] * 3, [5, 4], [9]):
                 assert torch.equal(_logits_by_calls(model, ids, 22, sizes), one), (kernel, sizes)
-    long = torch.tensor(tok.encode(" ".join(TEXTS * 4)))[: llama.KEY_BLOCK + 3]
-    context = llama.KEY_BLOCK - 6  # the tokens of a call of 9 on both sides of the block's end
+    long = torch.tensor(tok.encode(" ".join(TEXTS * 4)))[: attention.KEY_BLOCK + 3]
+    context = attention.KEY_BLOCK - 6  # the tokens of a call of 9 on both sides of the block's end
     one = _logits_by_calls(model, long, context, [1] * 9)
     for sizes in ([5, 4], [9]):
         assert torch.equal(_logits_by_calls(model, long, context, sizes), one), sizes
@@ -677,25 +677,25 @@ def test_a_tokens_logits_do_not_depend_on_the_calls_size(llm32):
 
 
 _BATCHED_CHECK = (
-    "import torch; from specdec_course.llm import llama; "
-    "print(llama.batched_attention_is_row_invariant(3, 3, 64, torch.device('cpu')))"
+    "import torch; from specdec_course.llm import attention; "
+    "print(attention.batched_attention_is_row_invariant(3, 3, 64, torch.device('cpu')))"
 )
 
 
 @_NO_ONEDNN
 def test_batched_attention_rows_are_the_same_bits_with_atens_default_kernels(llm32):
-    """The batched attention's row invariance (``llama.batched_attention_is_row_invariant``,
+    """The batched attention's row invariance (``attention.batched_attention_is_row_invariant``,
     what ``finish_loading`` checks) holds with ATen's vector kernels (this process) and with
     its scalar ones (``ATEN_CPU_CAPABILITY=default``, a fresh process)."""
     import os
     import subprocess
     import sys
 
-    from specdec_course.llm import kernels, llama
+    from specdec_course.llm import attention, kernels
 
     if not any(kernels.current()["invariant"].values()):
         pytest.skip("no float32 product on this CPU is row-invariant (llm.kernels)")
-    check = llama.batched_attention_is_row_invariant.__wrapped__
+    check = attention.batched_attention_is_row_invariant.__wrapped__
     assert check(3, 3, 64, torch.device("cpu"))
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
     out = subprocess.run(

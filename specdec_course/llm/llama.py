@@ -50,8 +50,6 @@ One layer's attention alone: 90, 144, 197 us batched against 52, 235, 419 per to
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -59,8 +57,16 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from .._validate import check_token_batch
-from ..devices import check_same_device, native_cpu_kernels
+from ..devices import check_same_device
 from ..model import KVCache
+from .attention import (
+    ATTENTION_MODES,
+    CHUNK,
+    KEY_BLOCK,
+    batched_attention,
+    batched_attention_is_row_invariant,
+    keys_read,
+)
 
 __all__ = ["LlamaConfig", "Llama", "LlamaCache", "LlamaStep"]
 
@@ -135,73 +141,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + swapped * sin
 
 
-ATTENTION_MODES = ("batched", "per_token", "fused")
-KEY_BLOCK = 128  # the batched path reads keys in whole blocks: one product per block
-_CHUNK = 16  # the batched path scores at most this many tokens per computation
-_MIN_ROWS = 4  # fewer query rows are padded to this many (MKL's product changes below 4)
-
-
-def _keys_read(end: int, block: int) -> int:
-    """The keys the batched path reads for a call ending at ``end``: whole blocks."""
-    return -(-end // block) * block
-
-
-@functools.lru_cache(maxsize=256)
-def _causal_mask(start: int, T: int, group: int, device: torch.device, block: int):
-    """``n`` keys read, ``rows`` query rows and ``mask`` ``[rows, n - start]`` (True at keys
-    after the row's token) of the batched path's call of ``T`` tokens at ``start``."""
-    n = _keys_read(start + T, block)
-    rows = max(group * T, _MIN_ROWS)
-    tok = torch.arange(rows, device=device) // group
-    return n, rows, torch.arange(n - start, device=device)[None, :] > tok[:, None]
-
-
-def batched_attention(q, ck, cv, start: int) -> torch.Tensor:
-    """Attention of the ``T`` new tokens ``q`` ``[B, T, n_kv_head, group, hd]`` at positions
-    ``start ..`` over the cache's keys and values ``ck``, ``cv`` ``[B, n_kv_head, capacity,
-    hd]`` (written up to ``start + T``, numbers up to the next whole ``KEY_BLOCK``), in one
-    computation whose every row is the same bits whatever ``T``: ``[B, T, n_kv_head, group,
-    hd]``. The module's docstring says why."""
-    B, T, nkv, g, hd = q.shape
-    block = KEY_BLOCK
-    n, rows, mask = _causal_mask(start, T, g, q.device, block)
-    qr = q.new_empty(B, nkv, rows, hd)
-    torch.mul(q.transpose(1, 2), hd**-0.5, out=qr[:, :, : g * T].unflatten(2, (T, g)))
-    if g * T < rows:  # a one-token call: padded with zero rows
-        qr[:, :, g * T :] = 0
-    qr, k3, v3 = qr.flatten(0, 1), ck.flatten(0, 1), cv.flatten(0, 1)  # [B * 3, ..]
-    s = torch.bmm(qr, k3[:, :n].transpose(1, 2))  # [B * 3, rows, n]
-    s[..., start:].masked_fill_(mask, float("-inf"))
-    w = torch.softmax(s, dim=-1)
-    y = torch.bmm(w[..., :block], v3[:, :block])
-    for lo in range(block, n, block):  # one product per block of keys, added in order
-        y = torch.baddbmm(y, w[..., lo : lo + block], v3[:, lo : lo + block])
-    return y[:, : g * T].unflatten(0, (B, nkv)).unflatten(2, (T, g)).transpose(1, 2)
-
-
-@functools.cache
-def batched_attention_is_row_invariant(n_kv_head: int, group: int, hd: int, device) -> bool:
-    """True when :func:`batched_attention` gives each token the same bits in calls of 1 to 16
-    tokens on ``device``, with oneDNN on and off (checked once on random numbers, tokens on
-    both sides of a block of keys' end: a few milliseconds). ``Llama.finish_loading`` falls
-    back to ``"per_token"`` where it does not."""
-    g = torch.Generator().manual_seed(0)
-    start, T = KEY_BLOCK - 7, 16
-    ck, cv = torch.randn(2, 1, n_kv_head, start + T + KEY_BLOCK, hd, generator=g).to(device)
-    q = torch.randn(1, T, n_kv_head, group, hd, generator=g).to(device)
-    for kernels in (contextlib.nullcontext, native_cpu_kernels):  # oneDNN as it is, then off
-        with kernels():
-            one = [batched_attention(q[:, i : i + 1], ck, cv, start + i) for i in range(T)]
-            for sizes in ([16], [9, 7], [5, 4, 3, 2, 2]):
-                i = 0
-                for size in sizes:
-                    y = batched_attention(q[:, i : i + size], ck, cv, start + i)
-                    if not torch.equal(y, torch.cat(one[i : i + size], 1)):
-                        return False
-                    i += size
-    return True
-
-
 class Attention(nn.Module):
     """Grouped-query attention with the cache, by ``mode`` (``Llama.set_attention``)."""
 
@@ -230,12 +169,12 @@ class Attention(nn.Module):
         ck[:, :, start:end] = k
         cv[:, :, start:end] = v
         if self.mode == "batched" and q.dtype == torch.float32:
-            if T <= _CHUNK:
+            if T <= CHUNK:
                 y = batched_attention(q, ck, cv, start)
             else:
-                chunks = range(0, T, _CHUNK)
+                chunks = range(0, T, CHUNK)
                 y = torch.cat(
-                    [batched_attention(q[:, i : i + _CHUNK], ck, cv, start + i) for i in chunks], 1
+                    [batched_attention(q[:, i : i + CHUNK], ck, cv, start + i) for i in chunks], 1
                 )
             return self.wo(y.reshape(B, T, C))
         if T > 1 and self.mode == "fused":  # one fused call, each row masked to its past
@@ -372,7 +311,7 @@ class Llama(nn.Module):
         start = cache.length
         cos, sin = self.rope_cos[start : start + T], self.rope_sin[start : start + T]
         x = self.tok_embeddings(idx).to(self.compute_dtype)
-        n = _keys_read(start + T, KEY_BLOCK)  # the batched attention reads keys up to n
+        n = keys_read(start + T, KEY_BLOCK)  # the batched attention reads keys up to n
         if cache.finite < n:  # never written: zeroed, as a padding key times 0 must be 0
             lo = max(cache.finite, start + T)
             cache.k[:, :, :, lo:n].zero_()
