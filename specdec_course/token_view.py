@@ -70,6 +70,7 @@ class Watched:
     stop_ids: tuple = ()
     label: str = ""
     temperature: float = 0.0
+    threads: int = 1  # torch's threads when both sides were timed
 
     @property
     def new_tokens(self) -> int:
@@ -140,7 +141,8 @@ class Watched:
         line += f"({self.tokens_per_call:.2f} tokens per call)"
         if self.plain_seconds is not None:
             line += (
-                f"; this machine, wall clock: plain {n / self.plain_seconds:.1f} tokens/s, "
+                f"; this machine, {self.threads} thread(s), wall clock: "
+                f"plain {n / self.plain_seconds:.1f} tokens/s, "
                 f"speculative {n / self.spec_seconds:.1f} tokens/s ({self.speedup:.2f}x); "
                 + (f"identical to plain: {self.identical}" if self.temperature == 0 else
                    "sampled: the same law as plain decoding, other draws")
@@ -258,7 +260,7 @@ def watch(
     return Watched(
         prompt.numel(), ids.cpu(), iterations, decode, spec_s,
         None if plain_ids is None else plain_ids.cpu(), plain_s, tuple(stop_ids), label,
-        float(temperature),
+        float(temperature), torch.get_num_threads(),
     )  # fmt: skip
 
 

@@ -1,8 +1,8 @@
 """Is k="auto" never slower than plain decoding here? Plain, fixed best k and auto, paired.
 
-    python tools/auto_k_table.py            # quiet, then with one CPU burner beside it
+    python tools/auto_k_table.py            # quiet, then with burners on 1.5 cores beside it
     AUTO_K_TOKENS=96 AUTO_K_ROUNDS=3 python tools/auto_k_table.py
-    AUTO_K_BURNERS=1 python tools/auto_k_table.py   # one condition only: with one burner
+    AUTO_K_BURNERS=1.5 python tools/auto_k_table.py   # one condition only: burners on 1.5 cores
 
 The real model (SmolLM2-135M-Instruct, float32, one thread), greedy, ``AUTO_K_TOKENS`` (64)
 new tokens on the first grounded prompt (copyable) and the first chat prompt
@@ -13,9 +13,10 @@ Interleaved: each round runs plain, every arm, then plain again on a prompt (pla
 the mean of the two, so a drift in the load hits both sides alike) before the next prompt,
 and ``AUTO_K_ROUNDS`` (2) rounds; the proposers are built once, so from the second run on
 k="auto" starts from what it measured before (the first run includes its learning). Then
-the same with a busy loop (``python -c 'while 1: pass'``) in another process, started here
-and stopped at the end. Prints, per condition, set and proposer: tokens/s of each arm (total
-tokens over total wall seconds), tokens per target call, the speedup over plain, and whether
+the same with CPU burners taking 1.5 cores (a busy loop ``python -c 'while 1: pass'`` and one
+busy half of every 20 ms) in other processes, started here and stopped at the end.
+Prints, per condition, set and proposer: tokens/s of each arm (total tokens over total wall
+seconds), tokens per target call, the speedup over plain, and whether
 the text equals plain's; with the load average at start and end. Takes about 2 minutes per
 condition on a 2-core CPU.
 """
@@ -38,7 +39,21 @@ from specdec_course.paths import results_dir
 TOKENS = int(os.environ.get("AUTO_K_TOKENS", "64"))
 ROUNDS = int(os.environ.get("AUTO_K_ROUNDS", "2"))
 SETS = ("grounded", "chat")
-BURNERS = [int(b) for b in os.environ.get("AUTO_K_BURNERS", "0,1").split(",")]
+BURNERS = [float(b) for b in os.environ.get("AUTO_K_BURNERS", "0,1.5").split(",")]
+# A burner's busy loop; a fractional one is busy that share of every 20 ms and sleeps the rest.
+BUSY = "while 1: pass"
+PART = (
+    "import time\nwhile 1:\n t = time.perf_counter() + {:.4f}\n"
+    " while time.perf_counter() < t: pass\n time.sleep({:.4f})"
+)
+
+
+def burners(n: float) -> list:
+    """Processes that take ``n`` cores: ``int(n)`` busy loops and one busy ``n % 1`` of the time."""
+    codes = [BUSY] * int(n)
+    if n % 1:
+        codes.append(PART.format(0.02 * (n % 1), 0.02 * (1 - n % 1)))
+    return [subprocess.Popen([sys.executable, "-c", code]) for code in codes]
 
 
 def best_ks() -> dict:
@@ -108,12 +123,12 @@ def main() -> None:
     model, tok = llm.load(torch.float32)
     proposers = llm.proposers(model)
     ks = best_ks()
-    for burners in BURNERS:
-        procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(burners)]
+    for n_burn in BURNERS:
+        procs = burners(n_burn)
         try:
             start = os.getloadavg()[0]
             rows = table(model, tok, proposers, ks)
-            show(f"{burners} CPU burner(s)", rows, (start, os.getloadavg()[0]))
+            show(f"CPU burners taking {n_burn:g} core(s)", rows, (start, os.getloadavg()[0]))
         finally:
             for p in procs:
                 p.kill()
