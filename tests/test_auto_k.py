@@ -213,3 +213,20 @@ def test_auto_k_at_the_shortest_lengths_is_plain_greedy(pair):
         ref = decoding.generate(target, prompt, n, temperature=0)
         out, st = decoding.speculative_generate(target, draft, prompt, n, k="auto", temperature=0)
         assert torch.equal(out, ref) and st.emitted == n
+
+
+def test_a_new_generation_starts_at_the_best_k_not_at_the_last_runs_plain_steps():
+    # A run that ended at plain steps (the estimates then said drafting did not pay by the
+    # hysteresis) does not lock the next run into plain steps: with estimates that now say
+    # drafting is faster, start() takes the best k at once, with no probe to wait for.
+    auto = _auto(0.3, 0.1, hysteresis=0.5)  # drafting 18% faster: within the hysteresis
+    auto.choice = 0  # where the last run ended
+    best = max(range(9), key=auto.rates().__getitem__)
+    assert best > 0 and auto.rates()[best] < 1.5 * auto.rates()[0]  # within the hysteresis
+    auto.start(8)
+    assert auto.choice == best and auto.next_k() == best
+    # ... and where plain steps are best, it starts there (no draft to pay for).
+    slow = _auto(0.1, 0.5, hysteresis=0.5)
+    slow.choice = 3
+    slow.start(8)
+    assert slow.choice == 0 and slow.next_k() == 0

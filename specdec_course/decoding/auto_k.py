@@ -201,7 +201,8 @@ class AutoK:
 
     Estimates persist across ``start`` (the costs are the machine's); the acceptance is
     kept as a prior of at most ``carry_weight`` (4) observations per depth, since the next
-    text may be another kind. Raises ValueError for out-of-range options.
+    text may be another kind; each generation starts at the best ``k`` they give, without
+    hysteresis. Raises ValueError for out-of-range options.
     """
 
     def __init__(
@@ -269,9 +270,15 @@ class AutoK:
         self.k_max = k_max
         self.plain_steps, self.interval = 0, self.probe_every
         self.warm, self.since, self.decided, self.last_asked = False, 0.0, False, 0
-        # The best k from what is known (plain steps first while no cost is).
-        self.choice = 0
-        self.k = self.choose()
+        # A generation starts at the best k from what is known, without hysteresis (plain
+        # steps first while no cost is): the hysteresis guards a choice against noise within
+        # a run; across runs it would keep the last run's choice, and a run that ended at
+        # plain steps (a text the draft could not follow, a burst of load) would start the
+        # next at plain steps, to leave them only through rare probes.
+        rates = self.rates()
+        self.choice = max(range(len(rates)), key=rates.__getitem__) if rates else 0
+        self.decided = bool(rates)
+        self.k = self._next(False)
 
     def next_k(self) -> int:
         return self.k
