@@ -280,8 +280,20 @@ class _Steps:
                 f"{T:2d}  {a['seconds'][i] * 1e3:9.2f}  {a['ratio'][i]:4.2f}  "
                 f"{b['seconds'][i] * 1e3:7.3f}  {b['ratio'][i]:4.2f}"
             )
+        # The floor under a one-token call: the weights it reads over this machine's read
+        # bandwidth (llm.costs.read_limit); the call's cost as a multiple of it.
+        from ..llm.costs import read_limit
+
+        limit = read_limit(self.model)
+        one = costs["smollm2"]["seconds"][0]
+        limit["call_over_limit"] = one / limit["seconds"]
+        lines.append(
+            f"limit: {limit['bytes'] / 1e6:.0f} MB of weights a token reads at "
+            f"{limit['bandwidth'] / 1e9:.1f} GB/s = {limit['seconds'] * 1e3:.0f} ms; a one-token "
+            f"call costs {one * 1e3:.0f} ms, {limit['call_over_limit']:.1f}x the limit"
+        )
         self.bar.write("\n".join(lines))
-        return costs
+        return {**costs, "limit": limit}
 
     def dtypes(self) -> dict:
         # The dtype, by measurement: both at the few tokens a speculative call scores
