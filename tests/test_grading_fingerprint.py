@@ -1,7 +1,7 @@
 """The copy check (issue 54): a graded function is compared on a normalised form, after the
 edits that keep a copy a copy, with winnowed k-gram fingerprints (grading.judge.fingerprint).
 
-Calibration: three honest versions of every graded function of exercises 01-10
+Calibration: three honest versions of every graded function of exercises 01-11
 (``tests/data/honest/``, written independently, each differently) are flagged neither
 against the course's solutions nor against each other, and every obfuscation of the
 solutions in ``tests/obfuscate.py`` (renamed locals, deleted docstrings, dead code added,
@@ -28,7 +28,7 @@ from specdec_course.grading.judge.jobs import SubmissionResult
 from specdec_course.paths import REPO_ROOT
 
 HONEST = Path(__file__).resolve().parent / "data" / "honest"
-EXERCISES = [f"ex{n:02d}" for n in range(1, 11)]
+EXERCISES = [f"ex{n:02d}" for n in range(1, 12)]
 SOLUTIONS = {ex: next((REPO_ROOT / "solutions").glob(f"{ex}_*.ipynb")) for ex in EXERCISES}
 NAMES = fp.graded_names()
 BASE = fp._starter(NAMES)
