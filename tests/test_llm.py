@@ -810,3 +810,29 @@ def test_a_cached_choice_made_among_other_kernels_is_measured_again():
     assert kernels._valid({"table": table, "invariant": now})
     older = dict(list(now.items())[:-1])  # a record from before the last kernel was added
     assert not kernels._valid({"table": table, "invariant": older})
+
+
+def test_the_packed_path_is_guarded_and_can_be_turned_off(monkeypatch):
+    """``llm.packed`` calls torch's private oneDNN ops: where they are missing or compute
+    something else than ``F.linear`` (another torch release), or with ``SPECDEC_PACKED=0``,
+    ``can_pack`` is False and ``pack`` leaves every product ATen's."""
+    from specdec_course.llm import packed
+
+    monkeypatch.setenv("SPECDEC_PACKED", "0")
+    assert not packed.can_pack(torch.float32) and not packed.can_pack(torch.bfloat16)
+    monkeypatch.delenv("SPECDEC_PACKED")
+    packed._private_ops_work.cache_clear()
+
+    def renamed(*a, **k):
+        raise AttributeError("'_OpNamespace' 'mkldnn' object has no attribute '_linear_pointwise'")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", renamed, raising=False)
+    try:
+        assert not packed._private_ops_work() and not packed.can_pack(torch.float32)
+        monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda x, w, *a: 2 * x @ x.T)
+        packed._private_ops_work.cache_clear()
+        assert not packed._private_ops_work()  # a changed op: wrong shape or values
+    finally:
+        monkeypatch.undo()
+        packed._private_ops_work.cache_clear()
+    assert packed._private_ops_work() == torch.backends.mkldnn.is_available()

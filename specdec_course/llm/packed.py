@@ -29,9 +29,17 @@ bit for bit on this CPU, and where one kernel does, every call size takes it (mi
 kernels would not: they sum in different orders). Where none does, each call size takes the
 cheapest, and rows differ from a one-row call by a few units in float32's last place.
 :func:`force` overrides the choice (tests, and the lesson that shows it).
+
+The path is applied from outside the model (``llm.loading`` calls :func:`pack` on the plain
+Llama), behind a version guard: the oneDNN ops it calls are torch's private ones, so
+:func:`can_pack` first checks that they exist and compute ``F.linear``; where they do not, or
+with ``SPECDEC_PACKED=0``, the model keeps ATen's products and loses only speed.
 """
 
 from __future__ import annotations
+
+import functools
+import os
 
 import torch
 import torch.nn as nn
@@ -68,10 +76,31 @@ def native_bf16() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+@functools.cache
+def _private_ops_work() -> bool:
+    """The version guard: the two private ops this module calls
+    (``torch.ops.mkldnn._reorder_linear_weight`` and ``_linear_pointwise``, not part of
+    torch's public API) exist in this torch and compute ``F.linear`` on a small product.
+    False (and the model keeps ATen's products) where a torch release renamed or changed
+    them."""
+    try:
+        g = torch.Generator().manual_seed(0)
+        w, x = torch.randn(24, 16, generator=g), torch.randn(3, 16, generator=g)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+        y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        return bool(torch.allclose(y, F.linear(x, w), rtol=1e-4, atol=1e-5))
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
 def can_pack(dtype: torch.dtype) -> bool:
     """True where oneDNN runs ``dtype`` products on this CPU: float32 with oneDNN built in,
-    bfloat16 also needs a CPU it supports bfloat16 on."""
-    if not torch.backends.mkldnn.is_available():
+    bfloat16 also needs a CPU it supports bfloat16 on; both need the private ops to pass the
+    version guard, and ``SPECDEC_PACKED=0`` in the environment turns the path off (every
+    product then ATen's ``F.linear``)."""
+    if os.environ.get("SPECDEC_PACKED", "1") == "0" or not torch.backends.mkldnn.is_available():
+        return False
+    if not _private_ops_work():
         return False
     if dtype == torch.float32:
         return True
