@@ -2,8 +2,9 @@
 what you build and its exercise, and ends with common mistakes and further reading").
 
 Checked on the notebooks' markdown: the opening cell carries the four labels and its track
-(core or deep dive, as the README's "Two tracks" lists it), the exercise it names exists, and the last markdown cell (after the last code cell) carries both closing
-paragraphs, each with text after its label.
+(core or deep dive, as the README's "Two tracks" lists it), the exercise it names exists,
+and the last markdown cell (after the last code cell) carries both closing paragraphs, each
+with text after its label.
 """
 
 from __future__ import annotations
@@ -84,9 +85,6 @@ def test_lessons_keep_code_cells_short_and_lesson_04_under_2500_words():
 README = ROOT / "README.md"
 _TRACK = re.compile(r"\*\*Track:\*\* (core|deep dive) \((.*?)\)", re.S)
 _TIME = re.compile(r"\*\*Time:\*\* about (\d+)\s+minutes")
-# Headers another change owns (lesson 11, appendix A): strict, so the mark fails once their
-# track line lands and must then be removed.
-_TRACK_PENDING = {"11_real_llm_on_your_laptop", "appendix_a_cpu_costs"}
 
 
 def _readme_tracks(text: str):
@@ -104,16 +102,7 @@ def _header_track(path):
     return (m.group(1), " ".join(m.group(2).split())) if m else None
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="header owned elsewhere"))
-        if p.stem in _TRACK_PENDING
-        else p
-        for p in LESSONS
-    ],
-    ids=[p.stem for p in LESSONS],
-)
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
 def test_a_lesson_header_states_its_track_as_the_readme_does(path):
     core, deep, _ = _readme_tracks(README.read_text())
     track = _header_track(path)
