@@ -3,7 +3,7 @@ speedup their committed outputs print from data/results/speedup_cpu.json is the 
 figure at the printed precision, and their prose types no c value or speedup a record could
 contradict (lesson 04 defines one c; appendix A splits it into c_call and c_loop). Neither do the
 exercises, their solutions, or lessons 01-03 (outside lesson 02's hypothetical examples).
-Lessons 06, 08, 09 and 09b print their verdicts on the stored records (Medusa against plain
+Lessons 06b, 08, 09 and 09b print their verdicts on the stored records (Medusa against plain
 decoding and the draft model, the controller against the best fixed k, block against
 token-wise verification, EAGLE against the draft model) from the records, with words chosen
 from the figures."""
@@ -155,8 +155,8 @@ def _compare(x, y):
     return "beats" if x > y else ("matches" if x == y else "trails")
 
 
-def test_lesson_06_prints_the_records_medusa_verdicts(record):
-    out = outputs(ROOT / "lessons" / "06_tiny_medusa.ipynb")
+def test_lesson_06b_prints_the_records_medusa_verdicts(record):
+    out = outputs(ROOT / "lessons" / "06b_medusa_on_a_cpu.ipynb")
     for res in record["results"]:
         top = max(res["medusa"], key=lambda r: r["measured_speedup"])
         rival = bench.best_row(res, "draft")
@@ -209,6 +209,7 @@ def test_lesson_09b_prints_the_records_eagle_verdicts():
         "04_speculative_decoding",
         "05_triton_verifier",
         "06_tiny_medusa",
+        "06b_medusa_on_a_cpu",
         "07_ngram_draft",
         "08_when_speculation_pays",
         "09_block_verification",
