@@ -77,11 +77,18 @@ def test_lesson_04_prints_the_records_speedups_with_one_c(record):
             )
             assert line in out, line
     best = bench.best_row(_t1(record), "draft")
-    assert f"this CPU measured {best['measured_speedup']:.2f}x" in out
     assert (
         f"best at temperature 1: k = {best['k']}, {best['measured_speedup']:.2f}x measured, "
         f"{best['predicted_speedup']:.2f}x by Theorem 3.8 (c = {best['c']:.3f})" in out
     )
+
+
+def test_lesson_05b_sets_the_gpu_model_beside_the_records_best(record):
+    # Lesson 04's GPU section moved to lesson 05b, which quotes lesson 04's best row.
+    out = outputs(ROOT / "lessons" / "05b_verifier_on_a_gpu.ipynb")
+    best = bench.best_row(_t1(record), "draft")
+    assert f"this CPU (stored record): k = {best['k']}, {best['measured_speedup']:.2f}x" in out
+    assert f"this CPU measured {best['measured_speedup']:.2f}x" in out
 
 
 def test_appendix_a_prints_the_records_speedups_and_theorem_range(record):
@@ -208,6 +215,7 @@ def test_lesson_09b_prints_the_records_eagle_verdicts():
     [
         "04_speculative_decoding",
         "05_triton_verifier",
+        "05b_verifier_on_a_gpu",
         "06_tiny_medusa",
         "06b_medusa_on_a_cpu",
         "07_ngram_draft",

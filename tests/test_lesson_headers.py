@@ -85,6 +85,7 @@ def test_lessons_keep_code_cells_short_and_lesson_04_under_2500_words():
 README = ROOT / "README.md"
 _TRACK = re.compile(r"\*\*Track:\*\* (core|deep dive) \((.*?)\)", re.S)
 _TIME = re.compile(r"\*\*Time:\*\* about (\d+)\s+minutes")
+CORE_LIMIT, CORE_LESSON_LIMIT = 480, 90  # minutes
 
 
 def _readme_tracks(text: str):
@@ -129,6 +130,11 @@ def test_the_readme_lists_the_core_path_with_its_times_and_the_rest_as_deep_dive
         assert minutes == stated, f"README: {name} about {minutes} minutes; its header {stated}"
     times = sum(m for _, m in core)
     assert total == times, f"README: core total about {total} minutes; its times sum to {times}"
+    # Issue 56's bars: a core a learner finishes in a weekend (at most 8 hours, run time
+    # included in each stated time) and no core lesson over 90 minutes (split off deep dives).
+    assert total <= CORE_LIMIT, f"the core path states {total} minutes, over {CORE_LIMIT}"
+    long = [(n, m) for n, m in core if m > CORE_LESSON_LIMIT]
+    assert not long, f"core lessons over {CORE_LESSON_LIMIT} minutes: {long}"
     for name, text in deep.items():
         assert "adds" in text, f"README: the deep dive {name} does not say what it adds"
 
