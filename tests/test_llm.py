@@ -317,9 +317,9 @@ def test_greedy_feature_draft_equals_greedy_generate(llm32):
 
 def test_the_feature_drafts_dynamic_stop_shortens_proposals_and_keeps_the_text(llm32):
     """With ``stop_below`` the proposal ends where the draft's chain confidence falls below
-    it: near 1 nothing is drafted (every call a plain step), with the default fewer tokens
-    are drafted than without a stop; the greedy text is the plain greedy text either way.
-    Out-of-range thresholds are refused."""
+    it: near 1 nothing is drafted (every call a plain step), at 0.1 fewer tokens are drafted
+    than without a stop; the greedy text is the plain greedy text either way. Out-of-range
+    thresholds are refused; the shipped draft uses ``llm.STOP_BELOW`` (None: no stop)."""
     from specdec_course import llm
     from specdec_course.llm.draft import FeatureDraftProposer, load_draft
 
@@ -330,13 +330,14 @@ def test_the_feature_drafts_dynamic_stop_shortens_proposals_and_keeps_the_text(l
     ref = decoding.generate(model, prompt, 16, temperature=0)
     d = load_draft(model)
     drafted = {}
-    for stop in (None, llm.STOP_BELOW, 0.999999):
+    assert llm.proposers(model)["feature_draft"].stop_below == llm.STOP_BELOW
+    for stop in (None, 0.1, 0.999999):
         prop = FeatureDraftProposer(model, d, stop_below=stop)
         out, st = decoding.speculative_generate(model, prop, prompt, 16, k=4, temperature=0)
         assert torch.equal(out, ref)
         drafted[stop] = st.drafted
     assert drafted[0.999999] == 0
-    assert drafted[llm.STOP_BELOW] < drafted[None]
+    assert drafted[0.1] < drafted[None]
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="stop_below"):
             FeatureDraftProposer(model, d, stop_below=bad)

@@ -15,9 +15,9 @@ import time
 from .generate import LLM_METHODS, k_auto_supported, threads_line
 
 # The fixed k used for ``--k auto`` where ``speculative_generate`` has no automatic k: prompt
-# lookup learns its own proposal length up to k, and the draft stops where its confidence
-# falls (llm.STOP_BELOW), so a k of 4 rarely drafts past what pays (data/results/llm_cpu.json:
-# the best k was 2 to 8 across prompt sets).
+# lookup learns its own proposal length up to k, and a call of a few more tokens costs about
+# one call with the kernels chosen at load, so a k of 4 rarely drafts past what pays
+# (data/results/llm_cpu.json: the best k was 2 to 8 across prompt sets).
 AUTO_K = 4
 COMPARE_REPEATS = 3
 

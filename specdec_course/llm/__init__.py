@@ -51,13 +51,18 @@ __all__ = [
 ]
 
 
-# The feature draft's dynamic stop: a drafted token pays when the chance that it is accepted
-# (its chain confidence, if the draft is calibrated) exceeds what it adds to the call: about
-# 0.04 to 0.14 of a one-token call to verify one more token at small k on the course's CPU
-# (T(3)/T(1) in float32 was 1.07, 1.19 and 1.27 in the last three records,
-# data/results/llm_cpu.json; 1.34 on a busy machine), plus about 0.04 for the draft's own
-# step (its weights are 3.6% of the target's). So 0.1.
-STOP_BELOW = 0.1
+# The feature draft's confidence stop (``stop_below``; EAGLE-2 ranks drafts by the same
+# chain confidence): a drafted token pays when the chance that it is accepted exceeds what it
+# adds to the iteration, the draft's own step (its weights are 3.6% of the target's) and one
+# more token in the target's call. With the kernels chosen at load, a call of a few tokens
+# costs about one call (``llm.call_costs``; worst cost(T)/cost(1) 1.12 for T = 1..9 on the
+# course's CPU), so that is a few percent of a call, and k="auto" already sets the depth
+# from the acceptance and costs it measures. Measured by ``tools/llm_stop_table.py`` (2-core
+# AMD EPYC, one thread, thread CPU time, 6 chat and 6 code prompts, 2 rounds): at k="auto"
+# no stop gave 1.48x plain on chat and 1.72x on code, a stop at 0.1 1.39x and 1.68x, at 0.03
+# 1.44x and 1.62x. So the shipped draft does not stop (None); a machine whose calls climb
+# with their size would want one.
+STOP_BELOW = None
 
 # Prompt lookup's shortest match: two tokens. A one-token match is mostly a chance repeat of a
 # common token, and a proposal copied from it is rejected at once, its verification call
@@ -79,8 +84,8 @@ def proposers(model: Llama) -> dict:
       one-hot ``q``);
     - ``"feature_draft"``: :class:`FeatureDraftProposer` with the shipped
       ``data/checkpoints/smollm2_draft.pt`` (an EAGLE-style draft on the model's features,
-      self-distilled; ``llm.draft``), stopping a proposal where its chain confidence falls
-      below ``STOP_BELOW``.
+      self-distilled; ``llm.draft``), with the confidence stop ``STOP_BELOW`` (None: drafting
+      the k asked for).
     """
     if not isinstance(model, Llama):
         raise ValueError(
