@@ -24,17 +24,37 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = config.dropout
 
-    def forward(self, x):
+    def forward(self, x, kv=None, at=None, span=None, mask=None):
+        """Attention over ``x [B, T, C]``: causal among its own positions without ``kv``;
+        with ``kv = (k, v)`` (one layer's cache buffers ``[B, nh, S, hs]``) the new keys and
+        values are written at ``at`` and the queries attend to slots ``0 .. span - 1``
+        under ``mask`` (None: all of them). ``at`` is a slice (the next positions: a
+        dynamic cache), an int64 ``[T]`` tensor (the same slots for every row: a static
+        cache, as CUDA graphs need), or ``(rows [B, 1], slots [B, T])`` (each row at its
+        own slots: the batched loops' ragged cache)."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        hs = C // self.n_head
-        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
-        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        nh = self.n_head
+        qkv = self.c_attn(x).view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if kv is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
+        else:
+            ck, cv = kv
+            if isinstance(at, tuple):  # per-row slots: an index_put_ of [B, T, nh, hs]
+                ck[at[0], :, at[1]] = k.transpose(1, 2)
+                cv[at[0], :, at[1]] = v.transpose(1, 2)
+            elif isinstance(at, torch.Tensor):  # slots held in a tensor (no host sync)
+                ck.index_copy_(2, at, k)
+                cv.index_copy_(2, at, v)
+            else:  # the next positions: views written in place
+                ck[:, :, at] = k
+                cv[:, :, at] = v
+            y = F.scaled_dot_product_attention(
+                q, ck[:, :, :span], cv[:, :, :span], attn_mask=mask
+            )  # (B, nh, T, hs)
+        y = y.transpose(1, 2).reshape(B, T, C)
         return self.c_proj(y)
 
 
@@ -57,8 +77,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, kv=None, at=None, span=None, mask=None):
+        """The pre-norm block; the cache arguments are ``CausalSelfAttention``'s."""
+        x = x + self.attn(self.ln_1(x), kv, at, span, mask)
         return x + self.mlp(self.ln_2(x))
 
     def step_params(self) -> tuple:
@@ -158,30 +179,27 @@ class CharGPT(nn.Module):
         ``pos`` (int64 ``[T]``) defaults to the next positions; ``mask`` defaults to causal
         and may be a bool mask (True = may attend) or an additive float bias, of shape
         ``[T, cache.length + T]`` (tree attention passes one). It checks nothing (call it with
-        inputs ``forward`` accepted); the arithmetic is the blocks' modules', written
-        straight-line over their parameters (tests pin the logits equal).
+        inputs ``forward`` accepted); the arithmetic is the blocks' own (``run_blocks``).
         """
-        B, T = idx.shape
-        C, nh = self.config.n_embd, self.config.n_head
+        T = idx.shape[1]
         start, end = cache.length, cache.length + T
         wpe = self.transformer.wpe.weight
         x = self.transformer.wte(idx) + (wpe[start:end] if pos is None else F.embedding(pos, wpe))
         if mask is None:  # one new token sees everything cached; several: causal, offset
             mask = None if T == 1 else self._causal_bias[start:end, :end]
-        ck, cv = cache.k, cache.v
-        for layer, block in enumerate(self.transformer.h):
-            l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b = block.step_params()
-            qkv = F.linear(F.layer_norm(x, (C,), l1w, l1b), aw, ab)
-            qkv = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-            ck[layer, :, :, start:end] = qkv[1]  # written in place
-            cv[layer, :, :, start:end] = qkv[2]
-            y = F.scaled_dot_product_attention(
-                qkv[0], ck[layer, :, :, :end], cv[layer, :, :, :end], attn_mask=mask
-            )  # (B, nh, T, hs)
-            x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), pw, pb)
-            x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), l2w, l2b), fw, fb)), f2w, f2b)
+        x = self.run_blocks(x, cache.k, cache.v, slice(start, end), end, mask)
         cache.length = end
         return self.transformer.ln_f(x)
+
+    def run_blocks(self, x, k, v, at, span, mask) -> torch.Tensor:
+        """The blocks over ``x [B, T, n_embd]`` with a cache: ``k``, ``v`` the cache's buffers
+        ``[n_layer, B, n_head, S, head_dim]``, ``at``, ``span`` and ``mask`` as
+        ``CausalSelfAttention.forward`` takes them (``decode_hidden`` and the static and
+        ragged steps of ``specdec_course.fast`` call it: the block's arithmetic, once).
+        Returns the residual stream after the last block (before ``ln_f``)."""
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, (k[layer], v[layer]), at, span, mask)
+        return x
 
     def forward(
         self,
