@@ -15,9 +15,10 @@ does. The static step instead
 
 Positions past the cache's length hold stale keys from rejected drafts; the mask hides
 them, so rollback stays a pointer move (``cache.crop``), as gpt-fast's static cache does.
-The static step's arithmetic is the eager step's, except that attention runs over masked
-padding, so its logits equal ``decode_hidden``'s up to rounding (tests bound the
-difference); a graph replays its own step exactly (tests on a GPU pin that bit for bit).
+The static step runs the model's own blocks (``CharGPT.run_blocks``) with the slots in a
+tensor; attention runs over masked padding, so its logits equal ``decode_hidden``'s up to
+rounding (tests bound the difference); a graph replays its own step exactly (tests on a GPU
+pin that bit for bit).
 
 ``StaticSteps(model, max_tokens)`` holds one static cache and a step for each ``T = 1 ..
 max_tokens`` new tokens; ``steps(ids)`` runs the step for ``ids [1, T]`` and returns logits
@@ -31,12 +32,13 @@ used as both gets two caches), so that captures are paid once per version of the
 
 from __future__ import annotations
 
+import weakref
+
 import torch
-from torch.nn import functional as F
 
 from ..devices import model_device
 from ..model import CharGPT, KVCache
-from .derived import built, model_params
+from .derived import built
 from .lean import lean_step
 
 __all__ = ["EagerSteps", "StaticSteps", "steps_for", "check_cuda_graphs"]
@@ -63,26 +65,19 @@ class EagerSteps:
         return out
 
 
-def _static_step(params, config, idx: torch.Tensor, start: torch.Tensor, cache: KVCache):
-    """The cached forward over ``idx [1, T]`` at positions ``start + 0 .. T-1`` (``start`` a
-    0-d int64 device tensor), with ``params`` from ``model_params``: logits ``[T, V]``.
-    Fixed shapes only, so it can be captured."""
-    layers, wte, wpe, lnf_w, lnf_b, arange, _ = params
-    B, T = idx.shape
-    C, nh = config.n_embd, config.n_head
+def _static_step(model, arange, idx: torch.Tensor, start: torch.Tensor, cache: KVCache):
+    """The model's cached forward over ``idx [1, T]`` at positions ``start + 0 .. T-1``
+    (``start`` a 0-d int64 device tensor, ``arange`` ``0 .. block_size - 1``): logits
+    ``[T, V]``. The blocks are the model's own (``CharGPT.run_blocks``) with a static cache:
+    the new keys and values go to slots held in a tensor and attention reads the whole
+    buffer under a mask, so every shape is fixed and the step can be captured."""
+    tr = model.transformer
+    T = idx.shape[1]
     pos = start + arange[:T]  # [T]
     mask = arange[None, :] <= pos[:, None]  # [T, block]: a query sees keys up to itself
-    x = F.embedding(idx, wte) + F.embedding(pos, wpe)
-    ck, cv = cache.k, cache.v
-    for layer, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(layers):
-        qkv = F.linear(F.layer_norm(x, (C,), l1w, l1b), aw, ab)
-        qkv = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-        ck[layer].index_copy_(2, pos, qkv[1])
-        cv[layer].index_copy_(2, pos, qkv[2])
-        y = F.scaled_dot_product_attention(qkv[0], ck[layer], cv[layer], attn_mask=mask)
-        x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), pw, pb)
-        x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), l2w, l2b), fw, fb)), f2w, f2b)
-    return F.linear(F.layer_norm(x, (C,), lnf_w, lnf_b), wte)[0]
+    x = tr.wte(idx) + tr.wpe(pos)
+    x = model.run_blocks(x, cache.k, cache.v, pos, arange.shape[0], mask)
+    return model.lm_head(tr.ln_f(x))[0]
 
 
 class StaticSteps:
@@ -100,8 +95,9 @@ class StaticSteps:
         dev = model_device(model)
         if capture:
             check_cuda_graphs(dev)
-        # The parameters, not the model: kept beside the model, a step must not keep it alive.
-        self.params, self.config = model_params(model), model.config
+        # A weak reference: kept beside the model (fast.derived), a step must not keep it alive.
+        self.model, self.config = weakref.ref(model), model.config
+        self.arange = torch.arange(model.config.block_size, device=dev)
         self.capture, self.device = capture, dev
         self.cache = model.new_cache(1)
         self.start = torch.zeros((), dtype=torch.long, device=dev)
@@ -123,7 +119,7 @@ class StaticSteps:
         # As torch.cuda.graphs documents: warm up on a side stream (cuBLAS and the
         # allocator set themselves up outside the capture), then record one call. The
         # warm-up writes the cache at positions 0 .. T-1, which any use overwrites.
-        args, idx, cache = (self.params, self.config), self.inputs[T], self.cache
+        args, idx, cache = (self.model(), self.arange), self.inputs[T], self.cache
         self.start.zero_()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -141,7 +137,7 @@ class StaticSteps:
         cache = self.cache
         self.start.fill_(cache.length)  # a kernel with the length as argument: no sync
         if not self.capture:
-            out = _static_step(self.params, self.config, ids, self.start, cache)
+            out = _static_step(self.model(), self.arange, ids, self.start, cache)
         else:
             self.inputs[T].copy_(ids)
             self.graphs[T].replay()
