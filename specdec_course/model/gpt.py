@@ -29,9 +29,8 @@ class CausalSelfAttention(nn.Module):
         with ``kv = (k, v)`` (one layer's cache buffers ``[B, nh, S, hs]``) the new keys and
         values are written at ``at`` and the queries attend to slots ``0 .. span - 1``
         under ``mask`` (None: all of them). ``at`` is a slice (the next positions: a
-        dynamic cache), an int64 ``[T]`` tensor (the same slots for every row: a static
-        cache, as CUDA graphs need), or ``(rows [B, 1], slots [B, T])`` (each row at its
-        own slots: the batched loops' ragged cache)."""
+        dynamic cache) or an int64 ``[T]`` tensor (slots held on the device: a static
+        cache, as CUDA graphs need)."""
         B, T, C = x.shape
         nh = self.n_head
         qkv = self.c_attn(x).view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
@@ -42,10 +41,7 @@ class CausalSelfAttention(nn.Module):
             )
         else:
             ck, cv = kv
-            if isinstance(at, tuple):  # per-row slots: an index_put_ of [B, T, nh, hs]
-                ck[at[0], :, at[1]] = k.transpose(1, 2)
-                cv[at[0], :, at[1]] = v.transpose(1, 2)
-            elif isinstance(at, torch.Tensor):  # slots held in a tensor (no host sync)
+            if isinstance(at, torch.Tensor):  # slots held in a tensor (no host sync)
                 ck.index_copy_(2, at, k)
                 cv.index_copy_(2, at, v)
             else:  # the next positions: views written in place
