@@ -6,7 +6,7 @@ import torch
 
 from specdec_course import decoding
 from specdec_course.drafts import ModelProposer
-from specdec_course.fast import draft_step, lean_step
+from specdec_course.fast import FoldedStep, draft_step, lean_step
 from specdec_course.fast.numpy_steps import NumpyFolded, NumpyStep
 from specdec_course.model import CharGPT, GPTConfig
 from specdec_course.sampling import SamplingOptions
@@ -81,17 +81,24 @@ def test_the_numpy_step_needs_a_dtype_numpy_has():
         lean_step(model, numpy=True)
 
 
+def test_a_draft_numpy_cannot_run_takes_the_lean_step():
+    # The folded step runs in NumPy only: a bfloat16 one-layer draft gets the lean step.
+    model = _model(ONE, dtype=torch.bfloat16)
+    assert draft_step(model) is lean_step(model)
+    with pytest.raises(ValueError, match=r"FoldedStep runs in NumPy.*bfloat16"):
+        FoldedStep(model)
+
+
 @pytest.mark.parametrize("std", [0.3, 3.0])  # 3.0: scores past the bound, the max kept
 @torch.inference_mode()
-def test_numpy_folded_step_matches_decode_hidden_and_the_tensor_step(std):
+def test_numpy_folded_step_matches_decode_hidden(std):
     model = _model(ONE, std=std)
     folded = draft_step(model)
     assert isinstance(folded.np_step, NumpyFolded)
     assert folded.np_step.bounded == (std == 0.3)
     x = _ids(ONE, 30, seed=1)
-    cache, ref, tensor = folded.new_cache(), model.new_cache(1), folded.new_cache()
+    cache, ref = folded.new_cache(), model.new_cache(1)
     folded.feed(x[:6], cache)
-    folded.feed(x[:6], tensor)
     model(x[None, :6], ref)
     out, out_t = np.empty(ONE.vocab_size, np.float32), torch.empty(1, ONE.vocab_size)
     host = folded.np_step
@@ -100,21 +107,20 @@ def test_numpy_folded_step_matches_decode_hidden_and_the_tensor_step(std):
         at = cache.length
         if at == 12 and not rolled:  # a rollback, then a one-token feed (a catch-up)
             rolled = True
-            for c in (cache, ref, tensor):
+            for c in (cache, ref):
                 c.crop(9)
             folded.feed(x[9:10], cache)
-            folded.feed(x[9:10], tensor)
             model(x[None, 9:10], ref)
             at = 10
-        host.step(int(x[at]), cache, out)
-        folded.np_step = None  # the tensor step, for dtypes NumPy lacks
-        folded.step(x[at : at + 1], tensor, out_t)
-        folded.np_step = host
+        if at % 2:  # the step's own entry (a tensor token, a [1, V] tensor out) and its host's
+            folded.step(x[at : at + 1], cache, out_t)
+        else:
+            host.step(int(x[at]), cache, out)
+            out_t[0] = torch.from_numpy(out)
         want = _reference(model, x[at : at + 1], ref)[0]
         tol = ATOL * (1 if std < 1 else 50)  # large weights, large logits
-        torch.testing.assert_close(torch.from_numpy(out), want, atol=tol, rtol=0)
         torch.testing.assert_close(out_t[0], want, atol=tol, rtol=0)
-    assert cache.length == tensor.length == ref.length
+    assert cache.length == ref.length
     assert decoding.caches_consistent(model, cache, x, atol=1e-4 if std > 1 else 1e-5)
 
 

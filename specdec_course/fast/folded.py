@@ -13,24 +13,15 @@ and value that way; a one-layer model allows three more folds, each exact algebr
 - the query is stored multiplied by ``1 / sqrt(head_dim)``, softmax's scale;
 - the residual input is stored with the projection's bias added.
 
-A step is then: one cache write (the row's key and projected values), ``bmm``,
-``softmax``, ``bmm``, one ``addmm`` that sums the heads onto the residual (a row of ones
-times ``[n_head, n_embd]``), and the MLP and head of ``LeanStep`` (``lean.mlp_residual``:
-its GELU in two ops). Both ``bmm`` read the cache through strided views, no copy. On a
-CPU at batch 1, where each op costs microseconds of dispatch, that is about a quarter less
-than ``LeanStep``'s one-token step (``scaled_dot_product_attention`` alone costs more
-than the two ``bmm``). A deeper model cannot fold this way: its later layers' values
-depend on the whole context, so the plain baseline is not owed this saving.
-
-On a CPU, for the float dtypes NumPy has, the step runs in NumPy on the same memory
-(``fast.numpy_steps.NumpyFolded``: NumPy views of the tables and the cache), 0.5-0.8 of the tensor
-step's time in paired probes (it varies with the machine's state): a NumPy call on a few
-hundred floats costs one to two microseconds, a tensor op four or more, and the step is some
-twenty-five calls. Two more exact folds keep that count down: each LayerNorm's weight and
-bias go into the projection after it, and the attention's scores skip softmax's max
-subtraction when the tables bound them. The tensor step stays for dtypes NumPy lacks. (The
-target's steps can run in NumPy too, in both arms of a comparison: ``fast.numpy_steps`` says how,
-and what it does to the speedups.)
+The step runs in NumPy on the same memory (``fast.numpy_steps.NumpyFolded``: NumPy views
+of the tables and the cache): a NumPy call on a few hundred floats costs one to two
+microseconds, a tensor op four or more, and the step is some twenty-five calls (35 us
+against ``LeanStep``'s 70 on the course's CPU, busy, 1 thread). Two more exact folds keep
+that count down: each LayerNorm's weight and bias go into the projection after it, and the
+attention's scores skip softmax's max subtraction when the tables bound them. A deeper
+model cannot fold this way: its later layers' values depend on the whole context, so the
+plain baseline is not owed this saving. For a model NumPy cannot run (another dtype, a
+GPU) ``draft_step`` gives ``LeanStep``; there is no tensor twin of the folded step.
 
 The cache is a ``FoldedCache``: per position its key (``n_embd`` numbers, head by head, in
 ``k``) and its projected values (``n_head * n_embd``, in ``v``), with ``KVCache``'s
@@ -43,11 +34,10 @@ draft reports the ``q`` it computes, so a draft's exactness does not depend on t
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 from ..model import CharGPT, KVCache
 from .derived import built
-from .lean import lean_step, mlp_residual
+from .lean import lean_step
 from .numpy_steps import NumpyFolded, numpy_ok
 
 __all__ = ["FoldedCache", "FoldedStep", "draft_step"]
@@ -85,8 +75,9 @@ class FoldedStep:
     int, or an int64 tensor of one element) at position ``cache.length``; extends the cache
     by one and writes the logits ``[1, V]`` into ``out``. ``feed(tok, cache)`` extends the
     cache by ``tok`` (int64 ``[T]``, any ``T``) without logits: a look-up and a write.
-    Built from the model's current weights (``draft_step(model)`` keeps one per version).
-    Unchecked, like ``LeanStep``: callers pass tokens their checked paths accepted.
+    Built from the model's current weights (``draft_step(model)`` keeps one per version);
+    ValueError for a model NumPy cannot run (not a CPU float32/float64 one). Unchecked, like
+    ``LeanStep``: callers pass tokens their checked paths accepted.
     """
 
     def __init__(self, model):
@@ -97,6 +88,11 @@ class FoldedStep:
                 "(use fast.lean_step(model))"
             )
         lean = lean_step(model)
+        if not numpy_ok(lean.w_t):
+            raise ValueError(
+                "FoldedStep runs in NumPy: it needs a CPU model of dtype float32 or float64; "
+                f"this one is {lean.dtype} on {lean.device} (use fast.lean_step(model))"
+            )
         C, nh, hs, V = lean.C, lean.nh, lean.hs, lean.V
         self.C, self.nh, self.hs, self.V, self.W = C, nh, hs, V, (1 + nh) * C
         self.config, self.pos_v, self.dtype, self.device = cfg, lean.pos_v, lean.dtype, lean.device
@@ -108,8 +104,7 @@ class FoldedStep:
         self.kv = torch.cat([t[:, 2 * C : 3 * C], vp.reshape(-1, nh * C)], dim=1).contiguous()
         self.mlp = (l2w, l2b, fw, fb, f2w, f2b)
         self.lnf_w, self.lnf_b, self.w_t = lean.lnf_w, lean.lnf_b, lean.w_t
-        self.ones = torch.ones(1, nh, dtype=t.dtype, device=t.device)  # sums the heads
-        self.np_step = NumpyFolded(self) if numpy_ok(t) else None  # fast.numpy_steps
+        self.np_step = NumpyFolded(self)  # the step itself runs in NumPy (fast.numpy_steps)
 
     def new_cache(self) -> FoldedCache:
         """An empty cache for this step's model."""
@@ -120,39 +115,17 @@ class FoldedStep:
         start = cache.length
         end = start + tok.shape[0]
         C = self.C
-        if end == start + 1 and self.np_step is not None:  # one token (a draft's catch-up)
+        if end == start + 1:  # one token (a draft's catch-up): two row copies
             self.np_step.feed(int(tok), cache)
             return
-        if end == start + 1:  # one token: a row, not an index tensor
-            row = self.kv[start * self.V + int(tok)]
-            cache.k[start].copy_(row[:C])
-            cache.v[start].copy_(row[C:])
-        else:
-            rows = self.kv.index_select(0, self.pos_v[start:end] + tok)
-            cache.k[start:end] = rows[:, :C]
-            cache.v[start:end] = rows[:, C:]
+        rows = self.kv.index_select(0, self.pos_v[start:end] + tok)
+        cache.k[start:end] = rows[:, :C]
+        cache.v[start:end] = rows[:, C:]
         cache.length = end
 
     def step(self, tok, cache: FoldedCache, out: torch.Tensor) -> None:
         """Extend ``cache`` by the one token ``tok``; write its logits ``[1, V]`` to ``out``."""
-        if self.np_step is not None:
-            self.np_step.step(int(tok), cache, out)
-            return
-        C, nh, hs = self.C, self.nh, self.hs
-        pos = cache.length
-        i = pos * self.V + int(tok)
-        ck, cv = cache.k, cache.v
-        ck[pos].copy_(self.kv[i, :C])
-        cv[pos].copy_(self.kv[i, C:])
-        end = pos + 1
-        keys = ck.as_strided((nh, hs, end), (hs, 1, C), ck.storage_offset())  # [nh, hs, L]
-        a = torch.bmm(self.q[i].view(nh, 1, hs), keys).softmax(-1)
-        values = cv.as_strided((nh, end, C), (C, nh * C, 1), cv.storage_offset())  # [nh, L, C]
-        y = torch.bmm(a, values)  # [nh, 1, C]: each head's output, already projected
-        x = torch.addmm(self.x[i], self.ones, y.view(nh, C))  # [1, C]
-        x = mlp_residual(x, C, *self.mlp)
-        torch.mm(F.layer_norm(x, (C,), self.lnf_w, self.lnf_b), self.w_t, out=out)
-        cache.length = end
+        self.np_step.step(int(tok), cache, out)
 
 
 def draft_step(model):
@@ -160,9 +133,10 @@ def draft_step(model):
     ``FoldedStep`` on a CPU (its cache from its ``new_cache()``), else ``lean_step(model)``;
     built once per version of the weights. Off a CPU the lean step is kept: the folded step
     reads each token back to the host to index its table, a sync per step on a GPU (where
-    drafts run as CUDA graphs anyway). Another course decoder gives its ``draft_step()``."""
+    drafts run as CUDA graphs anyway), and it runs in NumPy (float32 or float64). Another
+    course decoder gives its ``draft_step()``."""
     if not isinstance(model, CharGPT):
         return model.draft_step()
-    if model.config.n_layer != 1 or model.lm_head.weight.device.type != "cpu":
+    if model.config.n_layer != 1 or not numpy_ok(model.lm_head.weight):
         return lean_step(model)
     return built(model, "folded", FoldedStep)
