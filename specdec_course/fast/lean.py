@@ -42,7 +42,7 @@ from ..model import CharGPT, KVCache
 from .derived import built, input_table, model_params
 from .numpy_steps import NumpyStep, numpy_ok
 
-__all__ = ["LeanStep", "lean_step", "mlp_residual"]
+__all__ = ["LeanStep", "lean_step", "lean_blocks", "mlp_residual"]
 
 _SQRT_HALF = 0.5**0.5
 
@@ -101,16 +101,16 @@ class LeanStep:
         return self._kv
 
     def _first(self, tok: torch.Tensor, start: int, pos: torch.Tensor | None = None):
-        # Table rows of (position, token): layer 0's input x [T, C] and q, k, v, each
-        # [1, nh, T, hs] (stacked as [3, 1, nh, T, hs]). Positions start .. unless ``pos``.
-        C, nh, hs = self.C, self.nh, self.hs
+        # Table rows of (position, token): layer 0's input x [T, C] and its q | k | v
+        # [T, 3C]. Positions start .. unless ``pos``.
+        C = self.C
         T = tok.shape[0]
         if T == 1 and pos is None:
             row = self.table[start].index_select(0, tok)  # [1, 4C]
-            return row[:, :C], row[:, C:].view(3, 1, nh, 1, hs)
+            return row[:, :C], row[:, C:]
         offset = self.pos_v[start : start + T] if pos is None else pos * self.V
         rows = self.flat.index_select(0, offset + tok)  # [T, 4C]
-        return rows[:, :C], _heads(rows[:, C:], T, nh, hs)
+        return rows[:, :C], rows[:, C:]
 
     def feed(self, tok: torch.Tensor, cache: KVCache) -> None:
         """Extend ``cache`` by ``tok`` (int64 ``[T]``) without computing logits."""
@@ -120,9 +120,10 @@ class LeanStep:
         start = cache.length
         end = start + tok.shape[0]
         _, qkv = self._first(tok, start)
+        _, kk, vv = _heads(qkv, tok.shape[0], self.nh, self.hs).unbind(0)
         k, v = self._views(cache)[0]
-        k[:, :, start:end] = qkv[1]
-        v[:, :, start:end] = qkv[2]
+        k[:, :, start:end] = kk
+        v[:, :, start:end] = vv
         cache.length = end
 
     def step(self, tok: torch.Tensor, cache: KVCache, out: torch.Tensor | None) -> None:
@@ -151,22 +152,20 @@ class LeanStep:
         if bias is None:
             bias = None if T == 1 else self.causal[start:end, :end]
         x, qkv = self._first(tok, start, pos)
-        wide, first_kept = [], len(self.layers) - layers
-        for i, ((ck, cv), (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b)) in enumerate(
-            zip(self._views(cache), self.layers)
-        ):
-            if i > first_kept:  # the previous block's output, for a wide feature
-                wide.append(F.layer_norm(x, (C,)))
-            if qkv is None:
-                qkv = _heads(torch.addmm(ab, F.layer_norm(x, (C,), l1w, l1b), aw), T, nh, hs)
-            ck[:, :, start:end] = qkv[1]
-            cv[:, :, start:end] = qkv[2]
+        kv = self._views(cache)
+
+        def attend(i, qkv):  # the new keys and values into the cache, then attention
+            q, k, v = _heads(qkv, T, nh, hs).unbind(0)
+            ck, cv = kv[i]
+            ck[:, :, start:end] = k
+            cv[:, :, start:end] = v
             y = F.scaled_dot_product_attention(
-                qkv[0], ck[:, :, :end], cv[:, :, :end], attn_mask=bias
+                q, ck[:, :, :end], cv[:, :, :end], attn_mask=bias
             )  # [1, nh, T, hs]
-            y = y.view(1, C) if T == 1 else y[0].transpose(0, 1).reshape(T, C)
-            qkv = None
-            x = mlp_residual(x + torch.addmm(pb, y, pw), C, l2w, l2b, fw, fb, f2w, f2b)
+            return y.view(1, C) if T == 1 else y[0].transpose(0, 1).reshape(T, C)
+
+        wide = []  # the outputs of the blocks before the last, for a wide feature
+        x = lean_blocks(self.layers, x, qkv, attend, wide, len(self.layers) - layers)
         cache.length = end
         if not need:
             return None
@@ -179,6 +178,27 @@ class LeanStep:
         if hidden.shape[1] != self.C:
             hidden = hidden[:, -self.C :]
         return torch.mm(hidden, self.w_t, out=out)
+
+
+def lean_blocks(layers, x, qkv, attend, wide=None, first_kept=None) -> torch.Tensor:
+    """The blocks over rows ``x [N, n_embd]`` with ``LeanStep.layers``' weights: the one
+    rearranged copy of ``CharGPT``'s block (``addmm`` projections, the two-op GELU of
+    ``mlp_residual``) that ``LeanStep`` and ``fast.ragged.RaggedSteps`` share. ``qkv``
+    ``[N, 3 n_embd]`` is layer 0's projection when the input table gave it (else None);
+    ``attend(layer, qkv)`` writes the cache and returns the attention's output ``[N,
+    n_embd]`` (each caller's cache layout). With ``wide`` a list, the outputs of the blocks
+    after ``first_kept``, LayerNorm-ed without weights, are appended to it. Returns the
+    residual stream after the last block."""
+    C = x.shape[-1]
+    for i, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(layers):
+        if wide is not None and i > first_kept:
+            wide.append(F.layer_norm(x, (C,)))
+        if qkv is None:
+            qkv = torch.addmm(ab, F.layer_norm(x, (C,), l1w, l1b), aw)
+        y = attend(i, qkv)
+        qkv = None
+        x = mlp_residual(x + torch.addmm(pb, y, pw), C, l2w, l2b, fw, fb, f2w, f2b)
+    return x
 
 
 def mlp_residual(x, C: int, l2w, l2b, fw, fb, f2w, f2b) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from ..model import CharGPT, check_model
-from .lean import lean_step, mlp_residual
+from .lean import lean_blocks, lean_step
 
 __all__ = ["OneRowSteps", "RaggedSteps", "batch_steps"]
 
@@ -25,17 +25,16 @@ __all__ = ["OneRowSteps", "RaggedSteps", "batch_steps"]
 class RaggedSteps:
     """Lean cached steps of ``model`` for ``batch_size`` rows, each row at its own positions.
 
-    What ``fast.lean.LeanStep`` is to batch 1, for a batch: the same rearranged arithmetic
-    (layer 0's input and projection from ``fast.derived.input_table``, ``addmm`` projections with
-    the weights transposed once, the two-op GELU of ``lean.mlp_residual``), on ``[B * T,
-    n_embd]`` rows. Its own cache holds a layer's keys (and values) token by token, ``[B,
-    block_size, n_embd]``, so a call writes them with one ``index_copy_`` each at every row's
-    own slots (row ``b * block_size + slot`` of the flattened buffer), and attention reads
-    them as ``[B, n_head, span, head_dim]`` views. The caller keeps the positions (the
-    decoding loop's committed lengths), so rollback costs nothing at all. The ragged mask
-    is not built per call: row ``p`` of the model's additive causal bias (0 up to column
-    ``p``, ``-inf`` after) is exactly what a token at position ``p`` may see of its row, so
-    a call selects one row of it per new token (one ``index_select``).
+    What ``fast.lean.LeanStep`` is to batch 1, for a batch: the same blocks
+    (``lean.lean_blocks``; layer 0's input and projection from ``fast.derived.input_table``), on
+    ``[B * T, n_embd]`` rows. Its own cache holds a layer's keys (and values) token by token,
+    ``[B, block_size, n_embd]``, so a call writes them with one ``index_copy_`` each at every
+    row's own slots (row ``b * block_size + slot`` of the flattened buffer), and attention reads
+    them as ``[B, n_head, span, head_dim]`` views. The caller keeps the positions (the decoding
+    loop's committed lengths), so rollback costs nothing at all. The ragged mask is not built
+    per call: row ``p`` of the model's additive causal bias (0 up to column ``p``, ``-inf``
+    after) is exactly what a token at position ``p`` may see of its row, so a call selects one
+    row of it per new token (one ``index_select``).
 
     ``step(tok, slots, span, out)``: ``tok`` int64 ``[B, T]`` (any strides), ``slots`` int64
     ``[B, T]``, the new tokens' positions (``slots[b, t] = start_b + t``), ``span`` an int
@@ -68,11 +67,8 @@ class RaggedSteps:
     def _run(self, x, qkv, B, T, write, span, bias):
         # The layers over rows x [B * T, C] (qkv: layer 0's projection, from the table).
         C, nh, hs = self.C, self.nh, self.hs
-        for layer, (l1w, l1b, aw, ab, pw, pb, l2w, l2b, fw, fb, f2w, f2b) in enumerate(
-            self.lean.layers
-        ):
-            if qkv is None:
-                qkv = torch.addmm(ab, F.layer_norm(x, (C,), l1w, l1b), aw)
+
+        def attend(layer, qkv):  # every row's keys and values at its slots, then attention
             if write is not None:
                 write(layer, qkv[:, C : 2 * C], qkv[:, 2 * C :])
             y = F.scaled_dot_product_attention(
@@ -81,9 +77,9 @@ class RaggedSteps:
                 self.v[layer][:, :span].view(B, span, nh, hs).transpose(1, 2),
                 attn_mask=bias,
             )  # [B, nh, T, hs]
-            y = y.transpose(1, 2).reshape(B * T, C)
-            qkv = None
-            x = mlp_residual(x + torch.addmm(pb, y, pw), C, l2w, l2b, fw, fb, f2w, f2b)
+            return y.transpose(1, 2).reshape(B * T, C)
+
+        x = lean_blocks(self.lean.layers, x, qkv, attend)
         return F.layer_norm(x, (C,), self.lean.lnf_w, self.lean.lnf_b)
 
     def step(self, tok, slots, span: int, out=None, *, last: bool = False):
