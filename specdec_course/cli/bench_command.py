@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
         "  draft   the shipped 1-layer draft model, k = 1 ... 8 drafts per iteration\n"
         "  ngram      the counted character n-gram draft (lesson 07), k = 1 ... 8\n"
         "  distilled  the n-gram table distilled from the target (lesson 07), k = 1 ... 8\n"
-        "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06)\n"
+        "  medusa     Medusa heads on the target, chain, small and large trees (lesson 06b)\n"
         "  eagle      the EAGLE-style draft over the target's features (lesson 09b), k = 1 ... 8\n"
         "  fused      the draft model with a head reading the target's feature (lesson 09b)\n"
         "  recurrent  the recurrent EAGLE-style draft over the target's feature (lesson 09b)\n"

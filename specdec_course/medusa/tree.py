@@ -24,7 +24,8 @@ CHAIN: tuple[tuple[int, ...], ...] = ((0,), (0, 0), (0, 0, 0))
 # TREE_SMALL and TREE_LARGE are Medusa's sparse trees for the shipped heads: the paths with the
 # largest products of the heads' per-rank top-1..8 accuracies on 32 validation windows
 # (``greedy_tree(head_accuracy(..., n_windows=32, top=range(1, 9))["rank"], n)``), with n = 5
-# and 13 picked by measured speed on a 2-core CPU (lessons/06_tiny_medusa.ipynb).
+# and 13 the course's choice of a small and a large tree (lessons/06b_medusa_on_a_cpu.ipynb
+# times both against plain decoding).
 TREE_SMALL: tuple[tuple[int, ...], ...] = ((0,), (1,), (2,), (3,), (0, 0))
 TREE_LARGE: tuple[tuple[int, ...], ...] = (
     (0,),
