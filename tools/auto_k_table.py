@@ -9,16 +9,16 @@ new tokens on the first grounded prompt (copyable) and the first chat prompt
 (``llm.prompts.PROMPT_SETS``), for each proposer of ``llm.proposers``: plain
 ``decoding.generate``, ``speculative_generate`` at the fixed k the shipped record found best
 for that set and proposer (``data/results/llm_cpu.json``'s ``best``), and at ``k="auto"``.
-Interleaved: each round runs plain, every arm, then plain again on a prompt (plain's time is
-the mean of the two, so a drift in the load hits both sides alike) before the next prompt,
-and ``AUTO_K_ROUNDS`` (2) rounds; the proposers are built once, so from the second run on
-k="auto" starts from what it measured before (the first run includes its learning). Then
-the same with CPU burners taking 1.5 cores (a busy loop ``python -c 'while 1: pass'`` and one
-busy half of every 20 ms) in other processes, started here and stopped at the end.
-Prints, per condition, set and proposer: tokens/s of each arm (total tokens over total wall
-seconds), tokens per target call, the speedup over plain, and whether
-the text equals plain's; with the load average at start and end. Takes about 2 minutes per
-condition on a 2-core CPU.
+Paired: each arm runs beside a plain run of its own on the same prompt (plain first in even
+rounds, second in odd ones, so a drift in the load hits both sides of a pair alike), and its
+speedup is its pairs' plain seconds over its own; ``AUTO_K_ROUNDS`` (2) rounds. The
+proposers are built once, so from the second run on k="auto" starts from what it measured
+before (the first run includes its learning). Then the same with CPU burners taking 1.5
+cores (a busy loop ``python -c 'while 1: pass'`` and one busy half of every 20 ms) in other
+processes, started here and stopped at the end. Prints, per condition, set and proposer:
+tokens/s of each arm (total tokens over total wall seconds), tokens per target call, the
+speedup over plain, and whether the text equals plain's; with the load average at start and
+end. Takes about 4 minutes per condition on a quiet 2-core CPU.
 """
 
 from __future__ import annotations
@@ -62,45 +62,51 @@ def best_ks() -> dict:
     return {(r["set"], r["proposer"]): r["k"] for r in record["best"] if r["temperature"] == 0}
 
 
+def _plain(model, ids) -> tuple[torch.Tensor, float]:
+    t0 = time.perf_counter()
+    out = decoding.generate(model, ids, TOKENS, temperature=0)
+    return out, time.perf_counter() - t0
+
+
 def table(model, tok, proposers, ks) -> list[dict]:
     cells: dict = {}
-    for _ in range(ROUNDS):
+    for r in range(ROUNDS):
         for set_name in SETS:
             text = PROMPT_SETS[set_name][0]
             ids = torch.tensor(tok.apply_chat_template([{"role": "user", "content": text}]))
-            plain = cells.setdefault((set_name, "plain", "-"), dict(s=0.0, calls=0, same=True))
-            t0 = time.perf_counter()
-            ref = decoding.generate(model, ids, TOKENS, temperature=0)
-            plain["s"] += 0.5 * (time.perf_counter() - t0)  # half now, half after the arms
-            plain["calls"] += TOKENS
+            ref, _ = _plain(model, ids)
             for name, prop in proposers.items():
                 for k in (ks[set_name, name], "auto"):
+                    # Each arm is paired with a plain run next to it, plain first in even
+                    # rounds and second in odd ones, so a drift in the load hits both sides
+                    # of a pair alike whichever way it goes.
+                    c = cells.setdefault(
+                        (set_name, name, k), dict(s=0.0, plain_s=0.0, calls=0, same=True)
+                    )
+                    if r % 2 == 0:
+                        again, c_plain = _plain(model, ids)
                     t0 = time.perf_counter()
                     out, st = decoding.speculative_generate(
                         model, prop, ids, TOKENS, k=k, temperature=0
                     )
-                    c = cells.setdefault((set_name, name, k), dict(s=0.0, calls=0, same=True))
                     c["s"] += time.perf_counter() - t0
+                    if r % 2 == 1:
+                        again, c_plain = _plain(model, ids)
+                    c["plain_s"] += c_plain
                     c["calls"] += st.target_calls
-                    c["same"] &= bool(torch.equal(out, ref))
-            t0 = time.perf_counter()  # plain again: the load's drift hits both sides alike
-            again = decoding.generate(model, ids, TOKENS, temperature=0)
-            plain["s"] += 0.5 * (time.perf_counter() - t0)
-            plain["same"] &= bool(torch.equal(again, ref))
+                    c["same"] &= bool(torch.equal(out, ref) and torch.equal(again, ref))
     n = TOKENS * ROUNDS
     rows = []
-    for (set_name, name, k), c in cells.items():
-        plain = cells[set_name, "plain", "-"]["s"]
-        rows.append(
-            dict(
-                set=set_name,
-                arm=name if name == "plain" else f"{name} k={k}",
-                tok_s=n / c["s"],
-                tokens_per_call=n / c["calls"],
-                speedup=plain / c["s"],
-                identical=c["same"],
-            )
-        )
+    for set_name in SETS:
+        plain_s = sum(c["plain_s"] for (s_, _, _), c in cells.items() if s_ == set_name)
+        pairs = sum(1 for (s_, _, _) in cells if s_ == set_name)
+        rows.append(dict(set=set_name, arm="plain", tok_s=n * pairs / plain_s,
+                         tokens_per_call=1.0, speedup=1.0, identical=True))  # fmt: skip
+        for (s_, name, k), c in cells.items():
+            if s_ == set_name:
+                rows.append(dict(set=set_name, arm=f"{name} k={k}", tok_s=n / c["s"],
+                                 tokens_per_call=n / c["calls"], speedup=c["plain_s"] / c["s"],
+                                 identical=c["same"]))  # fmt: skip
     return rows
 
 
