@@ -2,8 +2,9 @@
 
 ``proposer``: the ``Proposer`` interface (``start``, ``propose``, ``commit``, the exact ``q``
 of every draft), ``as_proposer`` and ``audit_proposer``; ``model_draft``: the draft model
-(``ModelProposer``, a ``CharGPT`` drafting with its cheapest cached step); ``noise``: the
-Gumbel noise and NumPy softmax the sampling drafts share; ``ngram``: counted character
+(``ModelProposer``, a ``CharGPT`` drafting with its cheapest cached step); ``noise``: how
+every sampling draft draws a token and reports its ``q`` (``DraftSampler``), and the one
+confidence stop (``ConfidenceStop``); ``ngram``: counted character
 n-grams (``NgramDraft``); ``distilled``: an n-gram table of the target's own means;
 ``eagle``: the drafts that read the target's features (EAGLE, the fused head, the
 recurrent draft). Medusa's heads stay in ``specdec_course.medusa`` (they are a decoding

@@ -4,13 +4,12 @@ decoder) and drafts with its cheapest cached step (``fast.draft_step``), as
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .._validate import check_real
 from ..fast import check_cuda_graphs, draft_step, steps_for
 from ..model import CharGPT, check_model
-from .noise import draft_noise, softmax_rows
+from .noise import ConfidenceStop, DraftSampler
 
 __all__ = ["ModelProposer"]
 
@@ -30,18 +29,20 @@ class ModelProposer:
     draft's top probability there was below ``p_min`` (``q``'s maximum; at temperature 0 the
     softmax of the raw logits). The low-confidence draft is kept (its step is paid for; the
     target's extra position is nearly free). It depends on the draft's own distributions
-    only, so sampling stays exact; it costs one transfer per draft step.
+    only, so sampling stays exact; it costs one transfer per draft step (``noise.ConfidenceStop``,
+    the rule ``llm.draft``'s ``stop_below`` shares).
 
     Steps are ``fast.draft_step(model)``: for a one-layer draft ``fast.folded.FoldedStep`` (one
     token; everything but the attention one look-up of a table, the output projection folded into
     the cached values; logits written in place; on a CPU it runs in NumPy,
     ``fast.numpy_steps.NumpyFolded``), else ``fast.lean_step(model)``. The draft cache is that
-    step's (``ModelProposer.cache``; a ``FoldedCache`` for one layer). Sampling is Gumbel-max over
-    the processed logits, with one noise row per draft taken from ``draft_noise``'s blocks (``k``
-    rows per proposal); ``q`` is the softmax of the same processed logits over all drafted rows
-    (with the NumPy step, in NumPy into one buffer: ``q`` is then a view of it, valid until the next
-    proposal). ``cuda_graphs=True`` replays each step as a CUDA graph instead (``fast.graphs``,
-    without the look-up: the step is recorded whole); ``device`` is the model's.
+    step's (``ModelProposer.cache``; a ``FoldedCache`` for one layer). Each token and its ``q``
+    come from ``noise.DraftSampler``: Gumbel-max over the processed logits, one noise row per
+    draft (``k`` rows per proposal), ``q`` the softmax of the same processed logits over all
+    drafted rows (with the NumPy step, in NumPy into one buffer: ``q`` is then a view of it,
+    valid until the next proposal). ``cuda_graphs=True`` replays each step as a CUDA graph
+    instead (``fast.graphs``, without the look-up: the step is recorded whole); ``device`` is
+    the model's.
     """
 
     def __init__(self, model: CharGPT, *, cuda_graphs: bool = False, p_min: float | None = None):
@@ -63,8 +64,6 @@ class ModelProposer:
     def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
         model = self.model
         self.sampling = sampling
-        # Identity processing (temperature 1, no filters, or greedy): no op per draft.
-        self.processed = sampling.changes_logits
         # The catch-up feeds one or two tokens: graphed steps for T = 1 and 2.
         self.steps = steps_for(model, "draft", 2, True) if self.cuda_graphs else None
         # One-token steps, the model's cheapest (fast.draft_step: a one-layer draft's
@@ -76,35 +75,37 @@ class ModelProposer:
                 model(ids[None, : n - 1], self.cache)
             else:  # a one-layer draft's prefill is a look-up of its keys and values
                 self.lean.feed(ids[: n - 1], self.cache)
-        V, w = self.vocab_size, model.lm_head.weight
-        self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
+        w = model.lm_head.weight
         # On a CPU the Gumbel-max draw runs in NumPy over the same memory (one add and one
         # argmax of 65 floats cost less there than two tensor ops); the same IEEE float32
         # sum and first-index argmax, so the same tokens.
         host = self.steps is None and w.device.type == "cpu"
         host = host and w.dtype in (torch.float32, torch.float64)  # dtypes NumPy has
-        self._logits_np = self.logits.numpy() if host else None
-        # The draft's NumPy step, where it has one (fast.numpy_steps: a one-layer CPU draft),
-        # and the buffer its q is written into (a tensor view per k, made once).
+        self.sampler = DraftSampler(
+            sampling,
+            generator,
+            max_new_tokens,
+            k,
+            self.vocab_size,
+            dtype=w.dtype,
+            device=w.device,
+            host=host,
+        )
+        self.logits = self.sampler.logits
+        # The draft's NumPy step, where it has one (fast.numpy_steps: a one-layer CPU draft).
         self._host = getattr(self.lean, "np_step", None) if host else None
-        if self._host is not None:
-            q = torch.empty(max(k, 1), V, dtype=w.dtype)
-            self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
-            self._ones = np.ones(V, self._q_np.dtype)
-        self.noise = draft_noise(sampling, generator, max_new_tokens, k, V, w.device, host)
+        self.stop = None if self.p_min is None else ConfidenceStop(self.p_min)
         self.calls = 0
         self._views_of = None
 
     def _views(self, out: torch.Tensor) -> list:
-        # Per draft position j: its logits row, its output slot and the next call's input.
-        # The loop passes the same buffer every time, so the views are built once.
+        # Per draft position j: its output slot and the next call's input. The loop passes
+        # the same buffer every time, so the views are built once.
         if self._views_of is not out:
-            lg = self.logits
-            self._view_list = [
-                (lg[j : j + 1], out[j : j + 1], out[None, j : j + 1]) for j in range(out.numel())
-            ]
+            self._view_list = [(out[j : j + 1], out[None, j : j + 1]) for j in range(out.numel())]
             self._views_of = out
-            self._out_np = out.numpy() if self._logits_np is not None else None
+            host = self.sampler.logits_np is not None
+            self._out_np = out.numpy() if host else None
             if self._out_np is None:
                 self._host = None  # the NumPy step writes its drafts through this view
         return self._view_list
@@ -112,70 +113,61 @@ class ModelProposer:
     def propose(self, ids, n, k, out):
         if self.steps is not None:
             return self._propose_graphed(ids, n, k, out)
-        lean, cache, p_min = self.lean, self.cache, self.p_min
+        lean, cache, stop, smp = self.lean, self.cache, self.stop, self.sampler
         views = self._views(out)
-        noise = None if self.noise is None else self.noise.take(k)
+        smp.begin(k)
         self.calls += 1
         # The catch-up: committed tokens the cache lacks (one or two), the last of which
         # drafts; for a one-layer draft feeding one is writing its keys and values.
         for m in range(cache.length, n - 1):
             lean.feed(ids[m : m + 1], cache)
         host = self._host
-        if host is not None and p_min is None:
-            return self._propose_host(host, int(ids[n - 1]), k, noise)
-        lean.step(ids[n - 1 : n], cache, views[0][0])
-        lg_np, out_np = self._logits_np, self._out_np
+        if host is not None and stop is None:
+            return self._propose_host(host, int(ids[n - 1]), k)
+        lean.step(ids[n - 1 : n], cache, smp.row(0))
+        out_np = self._out_np
+        if stop is not None:
+            stop.start()
         for j in range(k):
-            row, slot, _ = views[j]
-            if self.processed:
-                row.copy_(self.sampling.logits(row))
-            if noise is None:
-                torch.argmax(row, dim=-1, out=slot)
-            elif lg_np is not None:  # NumPy views of the logits, the noise and the slot
-                out_np[j] = (lg_np[j] + noise[j]).argmax()
+            slot = views[j][0]
+            if out_np is not None:  # NumPy views of the logits, the noise and the slot
+                out_np[j] = smp.draw_host(j)
             else:
-                torch.argmax(row + noise[j], dim=-1, out=slot)
-            if p_min is not None and float(row.softmax(-1).amax()) < p_min:
-                k = j + 1  # the confidence stop: this draft is the proposal's last
-                break
+                smp.draw(j, slot)
+            if stop is not None:
+                cut = stop.cut(j, float(smp.row(j).softmax(-1).amax()))
+                if cut is not None:
+                    k = cut  # the confidence stop: this draft is the proposal's last
+                    break
             if j + 1 < k:
-                lean.step(slot, cache, views[j + 1][0])
-        return k, (None if noise is None else self.logits[:k].softmax(-1))
+                lean.step(slot, cache, smp.row(j + 1))
+        return k, smp.q(k)
 
-    def _propose_host(self, host, tok: int, k: int, noise):
+    def _propose_host(self, host, tok: int, k: int):
         # propose() with the NumPy step (fast.numpy_steps.NumpyFolded): logits rows, the drafts and
         # the noise are all NumPy views; the same first-index argmax as torch's. q is the
         # softmax of the same processed logits, in NumPy into one buffer, returned as the
         # same tensor view for the same k (the loop then reuses its NumPy view of it).
-        cache, lg, out, views = self.cache, self._logits_np, self._out_np, self._view_list
+        smp, cache, out = self.sampler, self.cache, self._out_np
+        lg = smp.logits_np
         for j in range(k):
             host.step(tok, cache, lg[j])
-            if self.processed:
-                row = views[j][0]
-                row.copy_(self.sampling.logits(row))
-            tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
-            out[j] = tok
-        if noise is None:
-            return k, None
-        softmax_rows(lg[:k], self._q_np[:k], self._ones)
-        return k, self._q_views[k]
+            tok = out[j] = smp.draw_host(j)
+        return k, smp.q_host(k)
 
     def _propose_graphed(self, ids, n, k, out):
         # propose() with each step a graph replay that returns the logits themselves.
-        steps, views = self.steps, self._views(out)
-        noise = None if self.noise is None else self.noise.take(k)
+        steps, views, smp = self.steps, self._views(out), self.sampler
+        smp.begin(k)
         self.calls += 1
         logits = steps(ids[None, steps.cache.length : n])[-1:]
         for j in range(k):
-            row, slot, nxt = views[j]
-            row.copy_(self.sampling.logits(logits) if self.processed else logits)
-            if noise is None:
-                torch.argmax(row, dim=-1, out=slot)
-            else:
-                torch.argmax(row + noise[j], dim=-1, out=slot)
+            slot, nxt = views[j]
+            smp.row(j).copy_(logits)
+            smp.draw(j, slot)
             if j + 1 < k:
                 logits = steps(nxt)
-        return k, (None if noise is None else self.logits[:k].softmax(-1))
+        return k, smp.q(k)
 
     def commit(self, ids, n) -> None:
         cache = self.cache

@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..drafts.noise import draft_noise
+from ..drafts.noise import ConfidenceStop, DraftSampler
 
 __all__ = ["FeatureDraft", "FeatureDraftProposer"]
 
@@ -91,14 +91,21 @@ class FeatureDraftProposer:
         self.vocab_size = target.config.vocab_size
         self.device = draft.head.weight.device
         self.stop_below = stop_below
+        # The chain confidence, the unsure draft dropped (drafts.noise.ConfidenceStop).
+        self.stop = None
+        if stop_below is not None:
+            self.stop = ConfidenceStop(stop_below, chain=True, keep=False)
 
     def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
-        self.sampling = sampling
         d = self.draft.fc.out_features
         cap = n + max_new_tokens + k + 1
         self.feats = torch.zeros(cap, d, dtype=self.draft.head.weight.dtype, device=self.device)
         R = len(self.draft.vocab_ids)
-        self.noise = draft_noise(sampling, generator, max_new_tokens, k, R, self.device)
+        # Draws over the reduced vocabulary, in float32 (drafts.noise.DraftSampler).
+        self.sampler = DraftSampler(
+            sampling, generator, max_new_tokens, k, R, dtype=torch.float32, device=self.device
+        )
+        self.r = torch.empty(max(k, 1), dtype=torch.long, device=self.device)
         self.q = torch.zeros(max(k, 1), self.vocab_size, dtype=torch.float32, device=self.device)
 
     def observe_target(self, hidden: torch.Tensor, start: int) -> None:
@@ -109,28 +116,31 @@ class FeatureDraftProposer:
         if n < 2:
             return 0, None  # no committed feature yet: let the target emit a token
         f, x = self.feats[n - 2 : n - 1], ids[n - 1 : n]
-        vocab = self.draft.vocab_ids
-        smp, greedy = self.sampling, self.sampling.greedy
-        noise = None if greedy else self.noise.take(k)
-        q = None if greedy else self.q[:k]
-        if q is not None:
-            q.zero_()
-        chain = 1.0
+        vocab, smp, stop = self.draft.vocab_ids, self.sampler, self.stop
+        smp.begin(k)
+        if stop is not None:
+            stop.start()
         for j in range(k):
             f, logits = self.draft(f, x)
-            if self.stop_below is not None:
-                chain *= float(torch.softmax(logits.float(), -1).max())
-                if chain < self.stop_below:
-                    return j, (None if q is None else q[:j])
-            if greedy:
-                r = logits.argmax(-1)
-            else:
-                lp = smp.logits(logits.float())
-                q[j, vocab] = torch.softmax(lp, -1)[0]
-                r = (lp[0] + noise[j]).argmax().view(1)
-            x = vocab[r]
+            if stop is not None:
+                cut = stop.cut(j, float(torch.softmax(logits.float(), -1).max()))
+                if cut is not None:
+                    return cut, self._q(cut)
+            smp.row(j).copy_(logits)
+            smp.draw(j, self.r[j : j + 1])
+            x = vocab[self.r[j : j + 1]]
             out[j] = x[0]
-        return k, q
+        return k, self._q(k)
+
+    def _q(self, k: int):
+        # The draws' q over the reduced vocabulary, placed in the full one (zero elsewhere).
+        q = self.sampler.q(k)
+        if q is None:
+            return None
+        full = self.q[:k]
+        full.zero_()
+        full[:, self.draft.vocab_ids] = q
+        return full
 
     def commit(self, ids, n) -> None:
         pass  # the features of committed positions stay; later ones are overwritten

@@ -14,7 +14,7 @@ from ...model import CharGPT, KVCache, check_model
 from ...model.checks import check_forward
 from ...model.gpt import Block
 from ...sampling import SamplingOptions
-from ..noise import draft_noise, softmax_rows
+from ..noise import DraftSampler
 from .eagle_numpy import HostEagle
 
 __all__ = ["EagleDraft", "EagleProposer", "check_eagle", "target_features"]
@@ -187,19 +187,19 @@ class _TargetFeatures:
         if start == 0:
             self._unseen = False
 
-    def _host_q_buffers(self, k: int, dtype) -> None:
-        # A NumPy proposal's q: one [k, V] buffer, its row views, and softmax_rows' ones.
-        V = self.vocab_size
-        q = torch.empty(max(k, 1), V, dtype=dtype)
-        self._q_np, self._q_views = q.numpy(), [q[:j] for j in range(max(k, 1) + 1)]
-        self._ones = np.ones(V, self._q_np.dtype)
-
-    def _host_q(self, lg, k: int, noise):
-        # What a NumPy proposal returns: k, and q from its logits lg (None when greedy).
-        if noise is None:
-            return k, None
-        softmax_rows(lg[:k], self._q_np[:k], self._ones)
-        return k, self._q_views[k]
+    def _sampler(self, sampling, generator, max_new_tokens: int, k: int, w, host: bool):
+        # The proposal's draws and q (sampler.DraftSampler): logits rows in w's dtype.
+        self.sampler = DraftSampler(
+            sampling,
+            generator,
+            max_new_tokens,
+            k,
+            self.vocab_size,
+            dtype=w.dtype,
+            device=w.device,
+            host=host,
+        )
+        self.logits = self.sampler.logits
 
     def _prompt_features(self, ids: torch.Tensor, n: int) -> None:
         if self._unseen:  # run alone: no prefill passed the prompt's features
@@ -226,9 +226,10 @@ class EagleProposer(_TargetFeatures):
     fewer than two committed tokens there is no feature yet and a proposal drafts
     nothing.
 
-    Sampling is Gumbel-max over the processed logits (the ``SamplingOptions`` the loop
-    passes), noise drawn at ``start`` from the proposer's generator, and ``q`` is the
-    softmax of the same processed logits, so the loop stays exact. ``device`` is the
+    Each token and its ``q`` come from ``drafts.noise.DraftSampler``: Gumbel-max over the
+    processed logits (the ``SamplingOptions`` the loop passes), noise drawn from the
+    proposer's generator, ``q`` the softmax of the same processed logits, so the loop stays
+    exact. ``device`` is the
     target's; CUDA graphs are not used. On a CPU (float32 / float64) the steps, the draw
     and ``q`` run in NumPy on the same memory (``eagle_numpy.HostEagle``), as the draft
     model's do (``drafts.ModelProposer``); the tokens are those of the tensor steps up to
@@ -252,22 +253,16 @@ class EagleProposer(_TargetFeatures):
         k: int,
     ) -> None:
         d, w = self.draft, self.draft.wte
-        self.sampling = sampling
-        self.processed = sampling.changes_logits
         self.params = d.step_params()
         self.cache = d.new_cache()
         self._start_features(n)
         self.w_t = w.t()
-        self.logits = torch.empty(max(k, 1), self.vocab_size, dtype=w.dtype, device=w.device)
         # The NumPy steps (eagle_numpy) on a CPU: weights folded once per generation.
         self.host = HostEagle(d) if numpy_ok(w) else None
+        self._sampler(sampling, generator, max_new_tokens, k, w, self.host is not None)
         if self.host is not None:
-            self._np = (self.feats.numpy(), self.logits.numpy(), self.w_t.contiguous().numpy())
-            self._host_q_buffers(k, w.dtype)
+            self._np = (self.feats.numpy(), self.w_t.contiguous().numpy())
         self._arrays_of = (None, None)
-        self.noise = draft_noise(
-            sampling, generator, max_new_tokens, k, self.vocab_size, w.device, self.host is not None
-        )
         self.calls = 0
 
     def propose(
@@ -276,29 +271,27 @@ class EagleProposer(_TargetFeatures):
         if n < 2:
             return 0, None
         self._prompt_features(ids, n)
-        noise = None if self.noise is None else self.noise.take(k)
+        smp = self.sampler
+        smp.begin(k)
         self.calls += 1
         if self.host is not None:
-            return self._propose_host(ids, n, k, out, noise)
+            return self._propose_host(ids, n, k, out)
         d, cache, p, w_t = self.draft, self.cache, self.params, self.w_t
         m = cache.length
         h = d.step(self.feats[None, m : n - 1], ids[None, m + 1 : n], cache, p)[0, -1:]
         for j in range(k):
-            row = self.logits[j : j + 1]
-            torch.mm(h, w_t, out=row)
-            if self.processed:
-                row.copy_(self.sampling.logits(row))
-            pick = row if noise is None else row + noise[j]
-            torch.argmax(pick, dim=-1, out=out[j : j + 1])
+            torch.mm(h, w_t, out=smp.row(j))
+            smp.draw(j, out[j : j + 1])
             if j + 1 < k:
                 h = d.step(h[None], out[None, j : j + 1], cache, p)[0]
         cache.crop(n - 1)  # pairs past n - 2 were built on predicted features
-        return k, (None if noise is None else self.logits[:k].softmax(-1))
+        return k, smp.q(k)
 
-    def _propose_host(self, ids, n: int, k: int, out, noise):
+    def _propose_host(self, ids, n: int, k: int, out):
         # propose() in NumPy: the same steps, draw and q, on views of the same memory.
-        host, cache = self.host, self.cache
-        feats, lg, w_t = self._np
+        host, cache, smp = self.host, self.cache, self.sampler
+        feats, w_t = self._np
+        lg = smp.logits_np
         if self._arrays_of != (ids, out):  # the loop passes the same buffers every time
             self._arrays = (ids.numpy(), out.numpy())
             self._arrays_of = (ids, out)
@@ -307,15 +300,11 @@ class EagleProposer(_TargetFeatures):
         h = host.catch_up(feats[m : n - 1], ids_np[m + 1 : n], cache)
         for j in range(k):
             np.dot(h, w_t, out=lg[j])
-            if self.processed:
-                row = self.logits[j : j + 1]
-                row.copy_(self.sampling.logits(row))
-            tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
-            out_np[j] = tok
+            tok = out_np[j] = smp.draw_host(j)
             if j + 1 < k:
                 h = host.step(h, tok, cache)
         cache.crop(n - 1)  # pairs past n - 2 were built on predicted features
-        return self._host_q(lg, k, noise)
+        return k, smp.q_host(k)
 
     def commit(self, ids: torch.Tensor, n: int) -> None:
         # propose() already cropped to its n - 1, below any later n - 1: nothing to forget.

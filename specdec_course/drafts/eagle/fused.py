@@ -48,7 +48,6 @@ from ...fast import draft_step
 from ...fast.numpy_steps import Norm, fold_norm, numpy_ok
 from ...model import CharGPT, check_model
 from ...sampling import SamplingOptions
-from ..noise import draft_noise
 from .eagle_draft import _TargetFeatures
 
 __all__ = ["HEAD_DEPTHS", "FusedHead", "FusedProposer", "check_fused"]
@@ -228,10 +227,11 @@ class FusedProposer(_TargetFeatures):
     its measured gain in acceptance outweighs its cost, see the constant); later drafts are
     the draft model's own steps, and ``head_depths=0`` is the draft model itself.
 
-    Sampling is Gumbel-max over the processed fused logits with ``draft_noise``'s rows, and
-    ``q`` is the softmax of the same logits, so the loop stays exact. On a CPU (float32 /
-    float64) the steps run in NumPy (the draft's ``NumpyFolded`` and ``_HostHead``); elsewhere
-    as tensor ops through the draft model's cached forward (tests pin the two together).
+    Each token and its ``q`` come from ``drafts.noise.DraftSampler`` (Gumbel-max over the
+    processed fused logits, ``q`` the softmax of the same logits), so the loop stays exact.
+    On a CPU (float32 / float64) the steps run in NumPy (the draft's ``NumpyFolded`` and
+    ``_HostHead``); elsewhere as tensor ops through the draft model's cached forward (tests
+    pin the two together).
     """
 
     def __init__(
@@ -254,7 +254,6 @@ class FusedProposer(_TargetFeatures):
     ) -> None:
         draft, head = self.draft, self.head
         w = draft.lm_head.weight
-        self.sampling, self.processed = sampling, sampling.changes_logits
         step = draft_step(draft)
         tw = self.target.lm_head.weight
         self.host = None
@@ -272,15 +271,8 @@ class FusedProposer(_TargetFeatures):
                 draft.hidden_states(ids[None, : n - 1], self.cache)
         self._start_features(n)
         self._feats_np = self.feats.numpy() if self.host is not None else None
-        V = self.vocab_size
-        self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
-        if self.host is not None:
-            self._lg = self.logits.numpy()
-            self._host_q_buffers(k, w.dtype)
+        self._sampler(sampling, generator, max_new_tokens, k, w, self.host is not None)
         self._out_of = None
-        self.noise = draft_noise(
-            sampling, generator, max_new_tokens, k, V, w.device, self.host is not None
-        )
         self.calls = 0
 
     def _terms(self, n: int, k: int) -> torch.Tensor:
@@ -296,45 +288,39 @@ class FusedProposer(_TargetFeatures):
         if n < 2:
             return 0, None
         self._prompt_features(ids, n)
-        noise = None if self.noise is None else self.noise.take(k)
+        smp = self.sampler
+        smp.begin(k)
         self.calls += 1
         cache = self.cache
         if self.host is not None:
             for m in range(cache.length, n - 1):  # the catch-up: row copies
                 self.step.feed(ids[m : m + 1], cache)
             t = self.host.terms(self._feats_np[n - 2], min(k, self.head_depths))
-            return self._propose_host(int(ids[n - 1]), k, out, noise, t)
+            return self._propose_host(int(ids[n - 1]), k, out, t)
         t = self._terms(n, min(k, self.head_depths))
         draft, head = self.draft, self.head
         with torch.no_grad():
             h = draft.hidden_states(ids[None, cache.length : n], cache)[0, -1:]
             for j in range(k):
-                row = self.logits[j : j + 1]
                 lg = draft.lm_head(h)
-                row.copy_(lg + head.delta(h, t[j]) if j < len(t) else lg)
-                if self.processed:
-                    row.copy_(self.sampling.logits(row))
-                pick = row if noise is None else row + noise[j]
-                torch.argmax(pick, dim=-1, out=out[j : j + 1])
+                smp.row(j).copy_(lg + head.delta(h, t[j]) if j < len(t) else lg)
+                smp.draw(j, out[j : j + 1])
                 if j + 1 < k:
                     h = draft.hidden_states(out[None, j : j + 1], cache)[0]
-        return k, (None if noise is None else self.logits[:k].softmax(-1))
+        return k, smp.q(k)
 
-    def _propose_host(self, tok: int, k: int, out, noise, t):
+    def _propose_host(self, tok: int, k: int, out, t):
         if self._out_of is not out:  # the loop passes the same buffer every time
             self._out_np, self._out_of = out.numpy(), out
-        hh, cache, lg, out_np = self.host, self.cache, self._lg, self._out_np
+        hh, cache, smp, out_np = self.host, self.cache, self.sampler, self._out_np
+        lg = smp.logits_np
         for j in range(k):
             if j < len(t):
                 hh.logits(tok, cache, t[j], lg[j])
             else:  # past the head's depths: the draft model's own step
                 hh.host.step(tok, cache, lg[j])
-            if self.processed:
-                row = self.logits[j : j + 1]
-                row.copy_(self.sampling.logits(row))
-            tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
-            out_np[j] = tok
-        return self._host_q(lg, k, noise)
+            tok = out_np[j] = smp.draw_host(j)
+        return k, smp.q_host(k)
 
     def commit(self, ids: torch.Tensor, n: int) -> None:
         # As ModelProposer's: the cache never holds more than the committed n - 1.

@@ -50,7 +50,6 @@ from ..._validate import check_int
 from ...fast.numpy_steps import numpy_ok
 from ...model import CharGPT, check_model
 from ...sampling import SamplingOptions
-from ..noise import draft_noise
 from .eagle_draft import _TargetFeatures
 
 __all__ = ["RecurrentDraft", "RecurrentProposer", "check_recurrent"]
@@ -216,10 +215,10 @@ class RecurrentProposer(_TargetFeatures):
     the prompt's features with one target forward of its own. With fewer than two committed
     tokens there is no feature yet and a proposal drafts nothing.
 
-    Sampling is Gumbel-max over the processed logits with ``draft_noise``'s rows, and ``q``
-    is the softmax of the same logits, so the loop stays exact. On a CPU (float32 / float64)
-    the steps run in NumPy (``_HostCell``); elsewhere as tensor ops (tests pin the two
-    together).
+    Each token and its ``q`` come from ``drafts.noise.DraftSampler`` (Gumbel-max over the
+    processed logits, ``q`` the softmax of the same logits), so the loop stays exact. On a
+    CPU (float32 / float64) the steps run in NumPy (``_HostCell``); elsewhere as tensor ops
+    (tests pin the two together).
     """
 
     def __init__(self, draft: RecurrentDraft, target: CharGPT):
@@ -243,21 +242,15 @@ class RecurrentProposer(_TargetFeatures):
         k: int,
     ) -> None:
         w = self.draft.out.weight
-        self.sampling, self.processed = sampling, sampling.changes_logits
         self._start_features(n)
-        V = self.vocab_size
-        self.logits = torch.empty(max(k, 1), V, dtype=w.dtype, device=w.device)
         # NumPy needs one dtype for the cell's weights and the features it reads; a draft of
         # another dtype than the target takes the tensor path, which casts the feature.
         same = w.dtype == self.feats.dtype
         self.host = _HostCell(self.draft) if same and numpy_ok(w) and numpy_ok(self.feats) else None
+        self._sampler(sampling, generator, max_new_tokens, k, w, self.host is not None)
         if self.host is not None:
-            self._feats_np, self._lg = self.feats.numpy(), self.logits.numpy()
-            self._host_q_buffers(k, w.dtype)
+            self._feats_np = self.feats.numpy()
         self._out_of = None
-        self.noise = draft_noise(
-            sampling, generator, max_new_tokens, k, V, w.device, self.host is not None
-        )
         self.calls = 0
 
     def propose(
@@ -266,38 +259,32 @@ class RecurrentProposer(_TargetFeatures):
         if n < 2:
             return 0, None
         self._prompt_features(ids, n)
-        noise = None if self.noise is None else self.noise.take(k)
+        smp = self.sampler
+        smp.begin(k)
         self.calls += 1
         if self.host is not None:
-            return self._propose_host(int(ids[n - 1]), n, k, out, noise)
+            return self._propose_host(int(ids[n - 1]), n, k, out)
         d = self.draft
         with torch.no_grad():
             s, c = d.begin(self.feats[n - 2 : n - 1].to(d.out.weight.dtype))
             tok = ids[n - 1 : n]
             for j in range(k):
                 s = d.step(s, c, tok)
-                row = self.logits[j : j + 1]
-                row.copy_(d.logits(s))
-                if self.processed:
-                    row.copy_(self.sampling.logits(row))
-                pick = row if noise is None else row + noise[j]
-                torch.argmax(pick, dim=-1, out=out[j : j + 1])
+                smp.row(j).copy_(d.logits(s))
+                smp.draw(j, out[j : j + 1])
                 tok = out[j : j + 1]
-        return k, (None if noise is None else self.logits[:k].softmax(-1))
+        return k, smp.q(k)
 
-    def _propose_host(self, tok: int, n: int, k: int, out, noise):
+    def _propose_host(self, tok: int, n: int, k: int, out):
         if self._out_of is not out:  # the loop passes the same buffer every time
             self._out_np, self._out_of = out.numpy(), out
-        cell, lg, out_np = self.host, self._lg, self._out_np
+        cell, smp, out_np = self.host, self.sampler, self._out_np
+        lg = smp.logits_np
         s, c = cell.begin(self._feats_np[n - 2])
         for j in range(k):
             s = cell.step(s, c, tok, lg[j])
-            if self.processed:
-                row = self.logits[j : j + 1]
-                row.copy_(self.sampling.logits(row))
-            tok = int(lg[j].argmax() if noise is None else (lg[j] + noise[j]).argmax())
-            out_np[j] = tok
-        return self._host_q(lg, k, noise)
+            tok = out_np[j] = smp.draw_host(j)
+        return k, smp.q_host(k)
 
     def commit(self, ids: torch.Tensor, n: int) -> None:
         # The draft keeps no state between proposals: nothing to forget.
