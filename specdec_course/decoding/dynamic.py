@@ -8,7 +8,9 @@ places can change ``k`` without touching exactness:
   proposal when the draft's top probability falls below ``p_min`` (Hugging Face's
   ``assistant_confidence_threshold``, 0.4 by default; llama.cpp's ``--draft-p-min``):
   ``ModelProposer(draft, p_min=0.4)``. The drafts and their ``q`` are still what the draft
-  sampled; only how many there are depends on them.
+  sampled; only how many there are depends on them. One rule serves every proposer that
+  stops so (``drafts.noise.ConfidenceStop``; the real model's feature draft judges the
+  chain's product with it, ``stop_below``).
 - **In the loop**, before each proposal: a *k policy* (``speculative_generate(...,
   k_policy=...)``) says how many to ask for, fed only the past iterations' outcomes (how
   many were drafted, how many accepted).
@@ -27,7 +29,8 @@ accepted)``):
 
 ``HeuristicK``
     Hugging Face's ``num_assistant_tokens_schedule="heuristic"``: +2 after an iteration that
-    accepted every draft, -1 (to at least 1) otherwise.
+    accepted every draft, -1 (to at least 1) otherwise. The package's one k schedule: prompt
+    lookup (``llm.lookup.PromptLookup``, ``grow=True``) learns its length with it too.
 ``ControllerK``
     the running estimate of alpha (accepted / (accepted + rejections), the maximum-likelihood
     estimate ``SpecStats.acceptance_rate`` uses, with a weak prior) turned into a ``k`` by

@@ -14,14 +14,14 @@ keeps the output exactly the target's (lesson 01); at temperature 0 it is the ta
 greedy text token for token.
 
 How many tokens to copy is learnt as it goes (``grow=True``, the default): Hugging Face's
-heuristic schedule for its assistant drafts (``num_assistant_tokens_schedule="heuristic"``).
-A proposal starts at ``k`` tokens; after each verified proposal the limit grows by 2 (up to
-``k``) when every copied token was accepted and shrinks by 1 (down to 1) otherwise. On
-text that repeats its input the limit stays at ``k``; on open chat, where a two-token
-match is mostly a chance repeat and its copy is rejected at once, proposals shrink to one
-token, whose verification costs little more than a plain step. The length depends only on
-earlier verdicts, fixed before the proposal is verified, so the output law is unchanged
-(lesson 08's dynamic k).
+heuristic schedule for its assistant drafts (``num_assistant_tokens_schedule="heuristic"``),
+the package's one k schedule, ``decoding.dynamic.HeuristicK``. A proposal starts at ``k``
+tokens; after each verified proposal the limit grows by 2 (up to ``k``) when every copied
+token was accepted and shrinks by 1 (down to 1) otherwise. On text that repeats its input
+the limit stays at ``k``; on open chat, where a two-token match is mostly a chance repeat
+and its copy is rejected at once, proposals shrink to one token, whose verification costs
+little more than a plain step. The length depends only on earlier verdicts, fixed before the
+proposal is verified, so the output law is unchanged (lesson 08's dynamic k).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .._validate import check_int
+from ..decoding.dynamic import HeuristicK
 
 __all__ = ["PromptLookup", "lookup"]
 
@@ -77,7 +78,10 @@ class PromptLookup:
         self._set: list[tuple[int, int]] = []
         self.proposals = self.drafted = 0
         self.k = max(k, 1)  # the loop's k: the limit's ceiling
-        self.limit = self.k  # the next proposal's length at most (stays at k without grow)
+        # The next proposal's length at most: HeuristicK's +2 / -1 from k, within 1 .. k
+        # (stays at k without grow).
+        self.schedule = HeuristicK(self.k)
+        self.schedule.start(self.k)
         self._pending = None  # (n, tokens copied) of the proposal being verified
 
     def propose(self, ids, n, k, out):
@@ -108,11 +112,12 @@ class PromptLookup:
             return
         before, kk = self._pending
         self._pending = None
-        if kk:
-            if n - before - 1 >= kk:
-                self.limit = min(self.k, self.limit + 2)
-            else:
-                self.limit = max(1, self.limit - 1)
+        self.schedule.update(kk, min(n - before - 1, kk))  # drafted, accepted
+
+    @property
+    def limit(self) -> int:
+        """The next proposal's length at most (``schedule.k``)."""
+        return self.schedule.k
 
     def __repr__(self) -> str:
         return f"PromptLookup(min_n={self.min_n}, max_n={self.max_n}, grow={self.grow})"
