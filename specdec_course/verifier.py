@@ -44,6 +44,9 @@ __all__ = [
     "rejection_sample",
     "rejection_sample_prepared",
     "rejection_sample_row",
+    "residual_weights",
+    "greedy_accepted",
+    "one_row",
 ]
 
 # dtypes the probabilities may come in. Acceptance is decided in float64 and the race in
@@ -283,59 +286,101 @@ def rejection_sample_prepared(inputs: VerifierInputs) -> RejectionResult:
     """:func:`rejection_sample` on inputs already checked by :func:`prepare_inputs`.
 
     No checks and no random draws: what a benchmark times, and what a caller that checked
-    its inputs once can call in a loop.
+    its inputs once can call in a loop. The one batched rule: the same ops on tensors or on
+    NumPy arrays (the batched loop's views of its CPU tensors: fewer dispatches), same result.
     """
     ids, q, p, u, e = inputs
     B, K = ids.shape
-    V = p.shape[2]
+    tensors = isinstance(p, torch.Tensor)
+    b = torch.arange(B, device=p.device) if tensors else np.arange(B)
 
-    # 1. Accept/reject every drafted position at once (cheap: one gather per tensor).
-    has_draft = ids >= 0  # [B, K]
-    x = ids.clamp_min(0).unsqueeze(2)  # [B, K, 1], a safe index where there is no draft
-    p_x = p[:, :K].gather(2, x).squeeze(2).double()  # [B, K]
-    q_x = 1.0 if q is None else q.gather(2, x).squeeze(2).double()
-    accept = has_draft & accepts(u, q_x, p_x)  # [B, K], in float64
+    # 1. Accept/reject every drafted position at once, up to the first rejection. The test is
+    # made in float64: u is float64, so u * q(x) and its comparison with p(x) promote exactly.
+    x = ids.clamp_min(0) if tensors else np.maximum(ids, 0)  # a safe index where no draft
+    if K:
+        bj = (b[:, None], _arange(K, p), x)
+        q_x = 1.0 if q is None else q[bj]
+        ok = accepts(u, q_x, p[bj]) & (ids >= 0)
+        if tensors:
+            num_accepted = ok.cumprod(1).sum(1)  # [B]: the product is 1 until the first 0
+        else:  # the first False, with a False column at K (NumPy's argmin takes bools)
+            num_accepted = np.zeros((B, K + 1), dtype=bool)
+            num_accepted[:, :K] = ok
+            num_accepted = num_accepted.argmin(1)
+    else:
+        num_accepted = b * 0
 
-    # 2. Stop at the first rejection: the running product is 1 until the first 0.
-    num_accepted = accept.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
-    m = num_accepted.unsqueeze(1)  # [B, 1]
-    ids_pad = torch.cat([ids, ids.new_full((B, 1), -1)], dim=1)  # [B, K + 1]
-    x_m = ids_pad.gather(1, m)  # [B, 1], the draft at m or -1
-    rejected = x_m >= 0  # a draft sits at m and was not accepted
-
-    # 3. One new token per row, only at position m: race over the residual (or over p).
-    m_v = m.unsqueeze(2).expand(B, 1, V)
-    p_m = p.gather(1, m_v).squeeze(1).float()  # [B, V]
-    if q is None:
-        # One-hot residual: p with the rejected draft zeroed; bonus rows keep p whole.
-        keep = p_m.gather(1, x_m.clamp_min(0)) * ~rejected
-        w = p_m.scatter(1, x_m.clamp_min(0), keep)
-    elif K > 0:
-        q_m = q.gather(1, m_v.clamp(max=K - 1)).squeeze(1).float()  # bonus rows: ignored
-        w = torch.where(rejected, (p_m - q_m).clamp_min(0), p_m)
+    # 2. One new token per row, at m: a race over the residual, or over p for the bonus.
+    m = num_accepted
+    p_m = _float32(p[b, m])  # [B, V]
+    if K:
+        m_in = m.clamp(max=K - 1) if tensors else np.minimum(m, K - 1)
+        rejected = (m < K) & (ids[b, m_in] >= 0)  # a draft sits at m and was not accepted
+        q_m = None if q is None else _float32(q[b, m_in])
+        w = residual_weights(p_m, q_m, None if q_m is not None else x[b, m_in], rejected)
     else:
         w = p_m
-    # The race: argmax(w / E) is a sample from w / sum(w); no normalisation needed. Division
-    # (not multiplication by 1/E) so that the kernel's IEEE division matches bit for bit.
-    token = residual_race(w, e, p_m).unsqueeze(1)  # [B, 1]
+    token = residual_race(w, e, p_m)  # [B]
 
-    # 4. Layout: accepted drafts, the new token at m, -1 after.
-    pos = torch.arange(K + 1, device=p.device)
-    token_ids = torch.where(pos < m, ids_pad, -1).scatter_(1, m, token)
+    # 3. Layout: accepted drafts, the new token at m, -1 after.
+    token_ids = _padded(ids)  # [B, K + 1], -1 in the last column
+    token_ids[_arange(K + 1, p) > m[:, None]] = -1
+    token_ids[b, m] = token
     return RejectionResult(token_ids, num_accepted)
 
 
-# Row offsets for ``take`` on a [K + 1, V] tensor, cached per (K, V, device): a decoding loop
-# asks for the same few shapes thousands of times.
-_OFFSETS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+def residual_weights(p_m, q_m, x_m, rejected=None):
+    """The race weights after draft ``x_m`` was rejected, the one residual of both Python
+    verifiers: ``p_m - q_m`` unclamped (scores ``<= 0`` never win ``sampling.residual_race``),
+    or for a one-hot draft (``q_m`` None) ``p_m`` with ``x_m``'s entry zeroed. One rejected
+    row (``p_m [V]``, ``x_m`` an int) or a batch (``[B, V]``, ``x_m [B]``, ``rejected [B]``:
+    rows without a rejection keep ``p_m``, the bonus row), tensors or NumPy arrays."""
+    if q_m is not None:
+        return p_m - (q_m if rejected is None else q_m * rejected[:, None])
+    w = p_m.clone() if isinstance(p_m, torch.Tensor) else p_m.copy()
+    if rejected is None:
+        w[x_m] = 0.0
+    else:
+        w[_arange(len(w), w)[rejected], x_m[rejected]] = 0.0
+    return w
 
 
-def _offsets(k: int, V: int, device: torch.device) -> torch.Tensor:
-    key = (k, V, device)
-    off = _OFFSETS.get(key)
-    if off is None:
-        off = _OFFSETS[key] = torch.arange(k, device=device) * V
-    return off
+def greedy_accepted(drafts, best):
+    """The greedy case of every loop (one-hot ``p`` and ``q``): drafts are accepted while each
+    is the target's argmax ``best``. How many: an int for one row (lists), or one count per
+    row for ``[B, K]`` integer arrays (``best`` ``[B, K + 1]``)."""
+    if isinstance(drafts, list):
+        a, k = 0, len(drafts)
+        while a < k and drafts[a] == best[a]:
+            a += 1
+        return a
+    return (drafts == best[:, : drafts.shape[1]]).cumprod(1).sum(1)
+
+
+def _float32(t):
+    return t.float() if isinstance(t, torch.Tensor) else t.astype(np.float32, copy=False)
+
+
+def _arange(n: int, like):
+    return torch.arange(n, device=like.device) if isinstance(like, torch.Tensor) else np.arange(n)
+
+
+def _padded(ids):  # ids [B, K] with a column of -1 after: [B, K + 1], a new array
+    if isinstance(ids, torch.Tensor):
+        return torch.cat((ids, ids.new_full((ids.shape[0], 1), -1)), 1)
+    out = np.empty((ids.shape[0], ids.shape[1] + 1), ids.dtype)
+    out[:, :-1] = ids
+    out[:, -1] = -1
+    return out
+
+
+def one_row(draft_ids, draft_probs, target_probs, uniforms, exp_noise) -> VerifierInputs:
+    """A row path's arguments as a one-row batch on ``target_probs``' device (unchecked)."""
+    dev, k = target_probs.device, draft_ids.shape[0]
+    e = exp_noise if isinstance(exp_noise, torch.Tensor) else torch.from_numpy(exp_noise)
+    u = torch.as_tensor(uniforms[:k], dtype=torch.float64).to(dev)
+    q = None if draft_probs is None else draft_probs[None]
+    return VerifierInputs(draft_ids[None], q, target_probs[None], u[None], e.to(dev)[None])
 
 
 def rejection_sample_row(
@@ -357,18 +402,11 @@ def rejection_sample_row(
     ``rejection_sample`` on the one-row batch (tests pin it); it checks nothing (callers
     pass what their own loop produced).
 
-    Why a second implementation: ``rejection_sample`` is written for batches, about fifty
-    small tensor ops; at batch 1 on a CPU their dispatch costs more than the target's
-    forward saves. Here the work is a dozen ops over ``[k, V]`` and one transfer of ``3k``
-    numbers to Python, where the accept test ``u * q(x) <= p(x)`` runs on floats in float64,
-    as the batched rule does. The race is run at every position at once (``argmax`` of the
-    residual over the noise, float32 division as in the batched rule), so that the one
-    transfer carries every candidate token: no second round trip after the accept test.
-    On a CPU even a dozen ops cost more than the rest of the loop's bookkeeping, so CPU
-    tensors take a NumPy path over the same memory instead: the accept test reads ``2k``
-    scalars, and the race runs over the one row where the new token is drawn. NumPy's
-    float32 subtraction, clamp, division and first-index argmax are the same IEEE
-    operations as the tensors', so the tokens are the same (tests pin both paths).
+    Why a row path: at batch 1 on a CPU even a few dozen NumPy calls cost more than the
+    rest of the loop. Here the accept test reads ``2k`` scalars in float64 up to the first
+    rejection, and the race runs over the one row where the new token is drawn, with the
+    batched rule's ``residual_weights`` and ``sampling.residual_race``. Tensors off the CPU
+    take the batched rule on a one-row batch (``_row_tensors``).
     """
     if isinstance(target_probs, np.ndarray) or target_probs.device.type == "cpu":
         return _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise)
@@ -376,41 +414,12 @@ def rejection_sample_row(
 
 
 def _row_tensors(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
-    # rejection_sample_row in tensor ops, for tensors off the CPU (tests run it on the CPU).
-    if isinstance(exp_noise, np.ndarray):
-        exp_noise = torch.from_numpy(exp_noise).to(target_probs.device)
-    k = draft_ids.shape[0]
-    p, e = target_probs, exp_noise
-    # The race's weights for every position at once, in float32 as the batched rule (and
-    # the kernel) runs them: the residual max(p_j - q_j, 0) at each drafted position, p
-    # itself at the bonus position k. One division and one max then give every candidate.
-    w = p.float().clone()
-    if k == 0:
-        return [int(w[0].div_(e).argmax())], 0
-    idx = draft_ids + _offsets(k, p.shape[1], p.device)
-    p_x = p.take(idx)
-    if draft_probs is None:
-        # One-hot drafts: q(x) = 1; the residual is p with the draft's column zeroed.
-        q_x = torch.ones_like(p_x)
-        w[:k].scatter_(1, draft_ids.unsqueeze(1), 0.0)
-    else:
-        q_x = draft_probs.take(idx)
-        w[:k].sub_(draft_probs.float()).clamp_min_(0.0)
-    best = w.div_(e).max(dim=1)
-    # One transfer; cat promotes to the widest dtype, so every value arrives exact.
-    f = torch.cat((p_x, q_x, best.values)).tolist()
-    ids = torch.cat((draft_ids, best.indices)).tolist()
-    a = 0
-    while a < k:
-        if accepts(uniforms[a], f[k + a], f[a]):
-            a += 1
-        else:
-            break
-    if a == k or f[2 * k + a] > 0.0:
-        token = ids[k + a]
-    else:  # no residual mass at this position (p == q up to rounding): race over p itself
-        token = int((p[a].float() / e).argmax())
-    return ids[:a] + [token], a
+    # rejection_sample_row off the CPU: the batched rule on one row, one transfer back.
+    res = rejection_sample_prepared(
+        one_row(draft_ids, draft_probs, target_probs, uniforms, exp_noise)
+    )
+    out = torch.cat((res.num_accepted, res.token_ids[0])).tolist()
+    return out[1 : out[0] + 2], out[0]
 
 
 def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
@@ -432,15 +441,8 @@ def _row_host(draft_ids, draft_probs, target_probs, uniforms, exp_noise):
     p_a = P[a] if P.dtype == np.float32 else P[a].astype(np.float32)
     if a == k:  # every draft accepted: the bonus token, a race over p itself
         return xs + [int((p_a / E).argmax())], a
-    if Q is None:  # one-hot draft: the residual is p with the draft's column zeroed
-        w = p_a.copy()
-        w[xs[a]] = 0.0
-    else:
-        # p - q in float32, as the batched rule and the kernel compute it. The clamp at 0 is
-        # left out: where the residual is 0 the score is <= 0 and cannot win once some
-        # score is positive, and the positive scores are the clamped rule's own.
-        w = p_a - (Q[a] if Q.dtype == np.float32 else Q[a].astype(np.float32))
-    return xs[:a] + [residual_race(w, E, p_a)], a
+    q_a = None if Q is None else (Q[a] if Q.dtype == np.float32 else Q[a].astype(np.float32))
+    return xs[:a] + [residual_race(residual_weights(p_a, q_a, xs[a]), E, p_a)], a
 
 
 def _array(t):

@@ -11,8 +11,8 @@ where speculation stops paying.
 ``generate_batch`` is the baseline: ``B`` rows of equal-length prompts, one call per token
 for all rows (one shared cache length). ``speculative_generate_batch`` runs Leviathan et
 al.'s loop on every row at once: the draft model proposes ``k`` tokens per row, one target
-call scores every row's block, the verifier (the token rule in NumPy, ``_token_verify``,
-pinned to ``verifier.rejection_sample`` by the tests; or ``block_verifier``) accepts a
+call scores every row's block, the verifier (``verifier.rejection_sample_prepared`` on NumPy
+views, ``_token_verify``; or ``block_verifier``) accepts a
 different number in each row, and each row moves on by its own count. Rows that finish
 early ride along (their work is discarded) until the last one is done. The loop has the
 batch-1 loop's shape (propose, one target call, verify, commit, record); how each row
@@ -48,8 +48,8 @@ from ..block_verifier import block_verify_prepared
 from ..devices import with_native_cpu_kernels
 from ..fast import batch_steps
 from ..model import CharGPT, check_model
-from ..sampling import SamplingOptions, accepts, exp_noise, residual_race, uniform_open_closed
-from ..verifier import VerifierInputs
+from ..sampling import SamplingOptions, exp_noise, uniform_open_closed
+from ..verifier import VerifierInputs, greedy_accepted, rejection_sample_prepared
 from .batch_drafts import batch_drafter
 from .plain import gumbel
 from .recorder import Recorder
@@ -287,14 +287,12 @@ class _BatchVerifier:
 
     def __init__(self, verify: str, smp: SamplingOptions, B: int, k: int):
         self.verify, self.smp = verify, smp
-        self.tokens = np.empty((B, k + 1), dtype=np.int64)
-        self.b = np.arange(B)
 
     def __call__(self, drafts, logits, drafter, U, E):
         K = drafts.shape[1]
         if self.smp.greedy:  # one-hot p and q: accept while the draft is the target's argmax
             best = logits.argmax(-1).numpy()  # [B, K + 1]
-            return best, (drafts == best[:, :K]).cumprod(1).sum(1)
+            return best, greedy_accepted(drafts, best)
         q = drafter.q(K)  # [B, K, V]: NumPy for a table, else a tensor
         p = self.smp.probs(logits).float()
         u, e = U[:, :K], E
@@ -303,13 +301,12 @@ class _BatchVerifier:
             q_t = torch.from_numpy(q) if isinstance(q, np.ndarray) else q.contiguous()
             res = block_verify_prepared(VerifierInputs(ids_t, q_t, p, u.contiguous(), e))
             return res.token_ids.numpy(), res.num_accepted.numpy()
+        # The token rule on NumPy views (_token_verify's): a few NumPy calls at these sizes.
         q_h = q if isinstance(q, np.ndarray) else q.numpy()
-        a, new = _token_verify(drafts, q_h, p.numpy(), u.numpy(), e.numpy())
-        tokens = self.tokens
-        tokens[:, :K] = drafts
-        tokens[:, K] = 0
-        tokens[self.b, a] = new
-        return tokens[:, : K + 1], a
+        res = rejection_sample_prepared(
+            VerifierInputs(drafts, q_h, p.numpy(), u.numpy(), e.numpy())
+        )
+        return res.token_ids, res.num_accepted
 
 
 class _Noise:
@@ -339,34 +336,16 @@ class _Noise:
 
 
 def _token_verify(x, q, p, u, e):
-    """``verifier.rejection_sample``'s rule on NumPy views: ``(accepted [B], new token [B])``.
+    """``verifier.rejection_sample_prepared`` (the one batched rule) on NumPy views:
+    ``(accepted [B], new token [B])``.
 
     ``x`` int64 ``[B, K]`` drafts (``-1`` pads a row's tail), ``q`` ``[B, K, V]`` (any
     strides), ``p`` ``[B, K + 1, V]``, ``u`` float64 ``[B, K]`` in (0, 1], ``e`` float32
-    ``[B, V]`` Exp(1) draws. Draft ``j`` is accepted iff ``p_j(x) > 0`` and ``u q_j(x) <=
-    p_j(x)`` in float64, up to the first rejection ``m``; the new token is ``argmax(w / e)``
-    (float32), ``w = max(p_m - q_m, 0)`` after a rejection, ``p_m`` for the bonus, and ``p_m``
-    again when the residual has no mass (the same rule, the same tokens: tests pin it)."""
-    B, K = x.shape
-    b = np.arange(B)
-    if K:
-        xs = np.maximum(x, 0)
-        bj = (b[:, None], np.arange(K), xs)
-        px = p[bj]
-        # float64 comparison: u is float64, so u * q(x) and its comparison with p(x) are
-        # made in float64 (NumPy promotes the float32 operands exactly).
-        ok = np.zeros((B, K + 1), dtype=bool)  # a False column at K: argmin finds a <= K
-        ok[:, :K] = accepts(u, q[bj], px) & (x >= 0)
-        a = ok.argmin(1)  # the first rejection, or K
-        p_m = p[b, a]
-        am = np.minimum(a, K - 1)
-        rejected = (a < K) & (x[b, am] >= 0)
-        # w = max(p_m - q_m, 0) after a rejection, else p_m: q_m times 0 leaves p_m exact
-        w = np.maximum(p_m - q[b, am] * rejected[:, None], 0)
-    else:
-        a = np.zeros(B, dtype=np.int64)
-        w = p_m = p[:, 0]
-    return a, residual_race(w, e, p_m)  # no residual mass (p == q up to rounding): over p
+    ``[B, V]`` Exp(1) draws. NumPy, because at these sizes a few NumPy calls cost less than
+    the same ops on tensors; the same rule, the same tokens (tests pin it)."""
+    res = rejection_sample_prepared(VerifierInputs(x, q, p, u, e))
+    a = res.num_accepted
+    return a, res.token_ids[np.arange(len(a)), a]
 
 
 def _count(stats: SpecStats, history, end: int, k: int) -> None:

@@ -8,7 +8,8 @@ chooses the rule once per run; each takes ``(kk, q, logits)`` (the number of dra
 drafts accepted, then ``token``.
 
 - ``GreedyVerifier`` (temperature 0): with one-hot ``p`` and ``q`` the rule reduces to
-  "accept while the draft is the target's argmax, then emit the argmax" (tests pin it to
+  "accept while the draft is the target's argmax, then emit the argmax"
+  (``verifier.greedy_accepted``, the batched loop's greedy case too; tests pin it to
   ``verifier.rejection_sample``); it draws no random numbers.
 - ``SampledVerifier``: ``p`` is the softmax of the processed logits; the rule, chosen by the
   loop, is the token rule ``verifier.rejection_sample_row`` or the block rule
@@ -25,6 +26,7 @@ import torch
 
 from ..block_verifier import block_verify_row
 from ..sampling import NoiseBlocks, SamplingOptions, uniform_open_closed
+from ..verifier import greedy_accepted
 
 __all__ = ["GreedyVerifier", "SampledVerifier", "row_verifier"]
 
@@ -43,11 +45,7 @@ class GreedyVerifier:
 
     def __call__(self, kk: int, q, logits: torch.Tensor) -> tuple[int, int]:
         best = logits.argmax(-1).tolist()
-        a = 0
-        if kk:
-            drafted = self.xs[kk].tolist()
-            while a < kk and drafted[a] == best[a]:
-                a += 1
+        a = greedy_accepted(self.xs[kk].tolist(), best) if kk else 0
         return a, best[a]
 
 
