@@ -5,10 +5,12 @@ draft could have gone further, after a hard spot every draft past the first was 
 places can change ``k`` without touching exactness:
 
 - **Inside the proposer**, from the draft's own distributions: a *confidence stop* ends the
-  proposal when the draft's top probability falls below ``p_min`` (Hugging Face's
-  ``assistant_confidence_threshold``, 0.4 by default; llama.cpp's ``--draft-p-min``):
-  ``ModelProposer(draft, p_min=0.4)``. The drafts and their ``q`` are still what the draft
-  sampled; only how many there are depends on them. One rule serves every proposer that
+  proposal when the draft's top probability falls below ``p_min``, keeping the unsure draft
+  (Hugging Face's ``assistant_confidence_threshold``, 0.4 by default, checks the token just
+  drafted and keeps it; llama.cpp's ``--draft-p-min`` checks the top candidate before adding
+  it and drops it, ``ConfidenceStop(..., keep=False)``): ``ModelProposer(draft, p_min=0.4)``.
+  The drafts and their ``q`` are still what the draft sampled; only how many there are
+  depends on them. One rule serves every proposer that
   stops so (``drafts.noise.ConfidenceStop``; the real model's feature draft judges the
   chain's product with it, ``stop_below``).
 - **In the loop**, before each proposal: a *k policy* (``speculative_generate(...,

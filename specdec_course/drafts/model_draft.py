@@ -24,8 +24,9 @@ class ModelProposer:
     ``min(its length, n - 1)``: after full acceptance the draft never fed its own last
     draft, which becomes part of the next catch-up.
 
-    ``p_min`` (optional) is a confidence stop (Hugging Face's ``assistant_confidence_threshold``,
-    llama.cpp's ``--draft-p-min``): after drafting token ``j``, stop the proposal if the
+    ``p_min`` (optional) is a confidence stop, Hugging Face's ``assistant_confidence_threshold``
+    (llama.cpp's ``--draft-p-min`` drops the unsure candidate instead of keeping it): after
+    drafting token ``j``, stop the proposal if the
     draft's top probability there was below ``p_min`` (``q``'s maximum; at temperature 0 the
     softmax of the raw logits). The low-confidence draft is kept (its step is paid for; the
     target's extra position is nearly free). It depends on the draft's own distributions

@@ -134,13 +134,14 @@ class DraftSampler:
 class ConfidenceStop:
     """Stop a proposal where the draft is unsure: its top probability below ``threshold``.
 
-    ``chain=False`` judges each draft by its own top probability (Hugging Face's
-    ``assistant_confidence_threshold``, llama.cpp's ``--draft-p-min``: ``ModelProposer``'s
-    ``p_min``); ``chain=True`` by the product of the top probabilities so far (EAGLE-2's
-    chain confidence: ``FeatureDraftProposer``'s ``stop_below``). ``keep`` says whether the
-    unsure draft itself stays in the proposal (``p_min`` keeps it: its step is paid for and
-    the target's extra position is nearly free) or is dropped (``stop_below``). The length
-    depends on the draft's own distributions only, so sampling stays exact.
+    ``chain=False`` judges each draft by its own top probability (``ModelProposer``'s
+    ``p_min``, with ``keep=True`` Hugging Face's ``assistant_confidence_threshold``, which
+    keeps the token it checks; with ``keep=False`` llama.cpp's ``--draft-p-min``, which drops
+    the candidate it checks); ``chain=True`` by the product of the top probabilities so far
+    (EAGLE-2's chain confidence: ``FeatureDraftProposer``'s ``stop_below``). ``keep`` says
+    whether the unsure draft itself stays in the proposal (``p_min`` keeps it: its step is
+    paid for and the target's extra position is nearly free) or is dropped (``stop_below``).
+    The length depends on the draft's own distributions only, so sampling stays exact.
 
     Per proposal: ``start()``, then after each draft ``j`` with top probability ``top``,
     ``cut(j, top)``: the proposal's length if it ends here, else ``None``.

@@ -1,7 +1,7 @@
 """Self-distillation of the real model's feature draft (``llm.draft.FeatureDraft``).
 
-Medusa-1's recipe on a 2-core CPU: the target writes its own training data. ``make_data``
-answers chat and code prompts built from topics and task templates
+The Medusa paper's self-distillation on a 2-core CPU: the target writes its own training
+data. ``make_data`` answers chat and code prompts built from topics and task templates
 (``llm.distill_prompts``; none in ``llm.prompts``' bench sets), half greedily and half
 sampled at temperature 1, and keeps, for every position, the target's post-norm feature
 (the input of its head). ``train`` then teaches the draft, unrolled ``depth`` drafts deep

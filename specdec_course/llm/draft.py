@@ -19,7 +19,8 @@ few bytes):
   writes most often (4,096 of 49,152 by default); ``q`` is zero elsewhere, which the
   verifier handles exactly like any other ``q``.
 
-The draft is trained on the target's own outputs (self-distillation, as Medusa-1 does):
+The draft is trained on the target's own outputs (self-distillation, as the Medusa paper
+proposes where the model's training data is not at hand):
 ``llm.distill``. ``FeatureDraftProposer`` drives it in ``decoding.speculative_generate``
 through the ``observe_target`` hook (see ``drafts.proposer``).
 """
