@@ -82,16 +82,8 @@ class ModelProposer:
         # sum and first-index argmax, so the same tokens.
         host = self.steps is None and w.device.type == "cpu"
         host = host and w.dtype in (torch.float32, torch.float64)  # dtypes NumPy has
-        self.sampler = DraftSampler(
-            sampling,
-            generator,
-            max_new_tokens,
-            k,
-            self.vocab_size,
-            dtype=w.dtype,
-            device=w.device,
-            host=host,
-        )
+        V = self.vocab_size
+        self.sampler = DraftSampler(sampling, generator, max_new_tokens, k, V, like=w, host=host)
         self.logits = self.sampler.logits
         # The draft's NumPy step, where it has one (fast.numpy_steps: a one-layer CPU draft).
         self._host = getattr(self.lean, "np_step", None) if host else None

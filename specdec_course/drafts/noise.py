@@ -54,7 +54,8 @@ class DraftSampler:
     """One generation's draws of a draft: ``k`` logits rows, their noise, the tokens and ``q``.
 
     Built in a proposer's ``start`` (``sampling`` the loop's ``SamplingOptions``, noise from
-    ``generator``, ``V`` the draft's vocabulary, ``dtype`` and ``device`` its logits'). With
+    ``generator``, ``V`` the draft's vocabulary, ``dtype`` and ``device`` its logits', or
+    ``like``: a tensor, e.g. its head's weight, to take both from). With
     ``host`` (a CPU and float32 / float64) the noise rows are NumPy arrays and ``logits_np``
     is a NumPy view of ``logits``, for a draft whose steps run in NumPy.
 
@@ -75,10 +76,13 @@ class DraftSampler:
         k: int,
         V: int,
         *,
-        dtype,
-        device,
+        dtype=None,
+        device=None,
+        like: torch.Tensor | None = None,
         host: bool = False,
     ):
+        if like is not None:  # the logits in the dtype and on the device of a weight
+            dtype, device = like.dtype, like.device
         self.sampling = sampling
         # Identity processing (temperature 1, no filters, or greedy): no op per draft.
         self.processed = sampling.changes_logits

@@ -189,16 +189,8 @@ class _TargetFeatures:
 
     def _sampler(self, sampling, generator, max_new_tokens: int, k: int, w, host: bool):
         # The proposal's draws and q (sampler.DraftSampler): logits rows in w's dtype.
-        self.sampler = DraftSampler(
-            sampling,
-            generator,
-            max_new_tokens,
-            k,
-            self.vocab_size,
-            dtype=w.dtype,
-            device=w.device,
-            host=host,
-        )
+        V = self.vocab_size
+        self.sampler = DraftSampler(sampling, generator, max_new_tokens, k, V, like=w, host=host)
         self.logits = self.sampler.logits
 
     def _prompt_features(self, ids: torch.Tensor, n: int) -> None:
