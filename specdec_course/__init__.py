@@ -4,7 +4,8 @@ One concept per module (see the README): ``theory`` (formulas), ``sampling`` (on
 ``stats`` (chi-square), ``verifier`` (batched rejection sampler), ``kernels`` (Triton),
 ``data``, ``model``, ``train``, ``decoding``, ``fast`` (the cached steps beside the model),
 ``drafts`` (every proposer: the draft model, n-grams, the EAGLE family), ``medusa``,
-``grading``, ``widgets``, ``bench``, ``cli``. Submodules are imported on demand:
+``widgets``, ``bench``, ``cli``. The grader is a package of its own, ``specdec_grader``,
+which imports this one (never the reverse). Submodules are imported on demand:
 ``from specdec_course import theory``.
 """
 
@@ -28,7 +29,6 @@ _SUBMODULES = {
     "fast",
     "drafts",
     "medusa",
-    "grading",
     "widgets",
     "plots",
     "bench",

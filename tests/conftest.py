@@ -35,7 +35,7 @@ def val_prompts(split):
 @pytest.fixture(scope="session")
 def graded_class(tmp_path_factory):
     """The class of ``tests/graded_class.py``, graded once per session by the real
-    ``specdec-course grade``; xdist's workers share it (the second reads the first's results)."""
+    ``specdec-grader``; xdist's workers share it (the second reads the first's results)."""
     import graded_class as gc
 
     return gc.load(gc.shared_dir(tmp_path_factory))

@@ -1,7 +1,7 @@
 """One graded class for the grading tests, graded once per test session.
 
 ``tests/test_grading_batch.py``, ``tests/test_grading_attacks.py`` and
-``tests/test_judge_sandbox.py`` each check one real ``specdec-course grade`` run (sandboxed
+``tests/test_judge_sandbox.py`` each check one real ``specdec-grader`` run (sandboxed
 kernels, two workers, a 3000 MiB cap, a fixed ``--seed``). Each graded a class of its own,
 three runs of a minute and a half to three minutes on two cores; their submissions are now
 merged into one class (the file names never collide) and graded by one run, whose results
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from nbformat.v4 import new_notebook
 
-from specdec_course.grading.judge import sandbox
+from specdec_grader.judge import sandbox
 
 # The attacks first: its hook looks for processes that outlive the grader at once.
 PARTS = ("test_grading_attacks", "test_grading_batch", "test_judge_sandbox")
@@ -105,7 +105,7 @@ def load(root: Path) -> dict:
 
 
 def _grade(root: Path) -> dict:
-    from specdec_course import cli
+    from specdec_grader import cli
 
     folder, out = root / "submissions", root / "out"
     folder.mkdir()
@@ -117,7 +117,7 @@ def _grade(root: Path) -> dict:
     t0 = time.monotonic()
     with contextlib.redirect_stdout(stdout):
         rc = cli.main([
-            "grade", str(folder), "--out", str(out / "grades.csv"),
+            str(folder), "--out", str(out / "grades.csv"),
             "--junit", str(out / "grades.xml"), "--workers", str(WORKERS),
             "--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT),
             "--cell-wall", str(CELL_WALL),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from specdec_course.grading.judge.normal_form import independent
+from specdec_grader.judge.normal_form import independent
 
 
 def _defs(tree):

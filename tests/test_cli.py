@@ -408,8 +408,6 @@ def test_generate_accepts_the_smallest_temperature_and_greedy(capsys):
             "--init-from /tmp/x/missing.pt: no such file; check the path",
         ),
         (["train", "--preset", "draft", "--distill-from", "nope.pt"], "--distill-from nope.pt"),
-        (["grade", "x.ipynb", "--scheduler", "local:0"], "--scheduler must be"),
-        (["grade", "x.ipynb", "--scheduler", "myhost"], "--scheduler must be"),
     ],
 )
 def test_bad_options_get_one_clear_error_and_no_work(argv, words, capsys, tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """The batch grader against submissions that try to fool it, break it or harm classmates.
 
 One grading run serves every test: the shared class of ``tests/graded_class.py`` (the real
-``specdec-course grade`` with two workers, a 3000 MiB cap and a fixed ``--seed``), graded
+``specdec-grader`` with two workers, a 3000 MiB cap and a fixed ``--seed``), graded
 once per session, to which this file adds ex01 notebooks (the untouched stub's definitions,
 whose honest score is 0, or the solution's, whose honest score is 10) with an attack cell
 added, plus honest classmates graded beside them. Each test asserts the attacker's honest
@@ -30,8 +30,8 @@ from graded_class import ex01_defs
 from nbformat.v4 import new_code_cell
 from obfuscate import add_dead_code, drop_docstrings, rename_locals
 
-from specdec_course import cli
-from specdec_course.grading.judge import sandbox
+from specdec_grader import cli
+from specdec_grader.judge import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "47.0815"  # daemons run `sleep 47.0815`: findable in /proc after the grader returns
@@ -49,8 +49,8 @@ NEEDS_CGROUP = pytest.mark.skipif(
 # ----------------------------------------------------------------------------- the attacks
 
 FORGE_RUN_CHECK = """
-import specdec_course.grading as grading, specdec_course.grading.judge.core as core
-from specdec_course.grading import CheckResult
+import specdec_grader as grading, specdec_grader.judge.core as core
+from specdec_grader import CheckResult
 def fake(check_id, *objs, **kwargs):
     spec = core._spec(check_id)
     return CheckResult(check_id, spec.title, "passed", 1e6, spec.points)
@@ -99,7 +99,7 @@ COPY_WRAPPERS = """
 import functools, types
 import specdec_course
 from specdec_course import sampling
-from specdec_course.grading.judge import ex01 as reference
+from specdec_grader.judge import ex01 as reference
 residual_distribution = lambda p, q: specdec_course.sampling.residual_distribution(p, q)
 speculative_sample = functools.partial(sampling.speculative_sample)
 chi_square_p_value = types.FunctionType(reference._reference_p_value.__code__, vars(reference))
@@ -373,7 +373,7 @@ def test_forged_results_are_not_taken(run):
     for name in ("forge_run_check", "forge_agent"):
         assert _row(run, name)["status"] == "failed"
         assert "the grader cannot tell its answers" in _row(run, name)["message"]
-    assert "patches specdec_course.grading" in _row(run, "forge_run_check")["flags"]
+    assert "patches specdec_grader" in _row(run, "forge_run_check")["flags"]
     assert "inspects the interpreter" in _row(run, "forge_agent")["flags"]
     assert "patches torch" in _row(run, "patch_libraries")["flags"]
 
@@ -504,7 +504,7 @@ def test_without_a_sandbox_the_grader_warns_and_leaves_nothing_running(tmp_path)
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         rc = cli.main([
-            "grade", str(tmp_path / "daemon_ex01.ipynb"), "--out", str(tmp_path / "g.csv"),
+            str(tmp_path / "daemon_ex01.ipynb"), "--out", str(tmp_path / "g.csv"),
             "--workers", "1", "--sandbox", "off", "--seed", "1", "--cell-timeout", "15",
         ])  # fmt: skip
     assert rc == 0

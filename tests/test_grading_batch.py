@@ -11,6 +11,8 @@ had their cells deleted, reordered and duplicated. Attacks on the grader are in
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -20,11 +22,12 @@ import pytest
 from graded_class import defs_only
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from specdec_course import cli
-from specdec_course.grading.judge import batch
+from specdec_grader import cli
+from specdec_grader.judge import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMORY_MB = graded_class_module.MEMORY_MB
+_TEXT = {"capture_output": True, "text": True, "timeout": 120}
 
 
 def _read(kind: str, name: str):
@@ -342,13 +345,36 @@ def test_bad_arguments_raise_clear_errors(tmp_path):
 
 
 def test_cli_reports_a_missing_folder_as_an_error(tmp_path, capsys):
-    assert cli.main(["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "g.csv")]) == 2
+    assert cli.main([str(tmp_path / "nope"), "--out", str(tmp_path / "g.csv")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("scheduler", ["local:0", "myhost"])
+def test_a_bad_scheduler_gets_one_clear_error_and_no_work(scheduler, tmp_path, capsys):
+    (tmp_path / "x.ipynb").write_text("{}")
+    argv = [str(tmp_path / "x.ipynb"), "--scheduler", scheduler, "--out", str(tmp_path / "g.csv")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler must be" in err and "Traceback" not in err
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_the_course_command_passes_grade_through_to_the_grader(tmp_path):
+    # `specdec-course grade ARGS` runs `python -m specdec_grader ARGS` in its own process
+    # (the course never imports the grader): the same arguments, answers and exit status.
+    nope = str(tmp_path / "nope")
+    course = [sys.executable, "-m", "specdec_course.cli", "grade"]
+    done = subprocess.run([*course, nope, "--out", str(tmp_path / "g.csv")], **_TEXT)
+    assert done.returncode == 2
+    assert done.stderr.startswith("specdec-grader: error: ") and "does not exist" in done.stderr
+    helped = subprocess.run([*course, "--help"], **_TEXT)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: specdec-grader")
+    assert "--notebook-wall" in helped.stdout
+
+
 def test_jobs_and_results_cross_the_process_boundary_as_plain_dicts(tmp_path):
-    from specdec_course.grading import Case, CheckResult, checks_for
-    from specdec_course.grading.judge.jobs import Job, Submission, SubmissionResult
+    from specdec_grader import Case, CheckResult, checks_for
+    from specdec_grader.judge.jobs import Job, Submission, SubmissionResult
 
     nb = tmp_path / "ex01_a.ipynb"
     nbformat.write(new_notebook(), nb)

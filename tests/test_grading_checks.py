@@ -15,9 +15,10 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from specdec_course import grading, sampling, stats, theory
-from specdec_course.grading import run_check
-from specdec_course.grading.judge import ex01, ex02
+import specdec_grader as grading
+from specdec_course import sampling, stats, theory
+from specdec_grader import run_check
+from specdec_grader.judge import ex01, ex02
 
 # --------------------------------------------------------------------------- correct answers
 

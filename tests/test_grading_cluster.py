@@ -21,7 +21,7 @@ import pytest
 from graded_class import ex01_defs
 from nbformat.v4 import new_code_cell
 
-from specdec_course.grading.judge import batch
+from specdec_grader.judge import batch
 
 distributed = pytest.importorskip("dask.distributed", reason="needs dask[distributed]")
 

@@ -7,7 +7,7 @@ tokens, ex10's block weights and thresholds. None may return the checked quantit
 statistics (the one third-party package a notebook uses that implements a rule some check
 grades: ex01's p-value, allowed on purpose) are surveyed too; transformers (the ``[hf]``
 extra), vLLM, FlashInfer and SGLang cannot be imported at all. Every module the sandbox can
-import has a reason in :data:`specdec_course.grading.judge.edition.STUDENT_EDITION`.
+import has a reason in :data:`specdec_grader.judge.edition.STUDENT_EDITION`.
 
 A positive control runs the same survey outside the sandbox on the package's modules that
 do hold the rules, and must find them.
@@ -21,9 +21,9 @@ import pytest
 import torch
 from graded_class import MODE
 
-from specdec_course.grading.judge import edition, ex01, ex02, ex10, sandbox
-from specdec_course.grading.judge.core import public_implementations
-from specdec_course.grading.judge.session import Session
+from specdec_grader.judge import edition, ex01, ex02, ex10, sandbox
+from specdec_grader.judge.core import public_implementations
+from specdec_grader.judge.session import Session
 
 pytestmark = pytest.mark.skipif(sandbox.plan(MODE).mode != "bwrap", reason="needs bubblewrap")
 
@@ -54,7 +54,7 @@ def _modules(roots):
             continue
         for name in names:
             last = name.rsplit(".", 1)[-1]
-            if last == "__main__" or ".grading.judge" in name or ".tests" in name:
+            if last == "__main__" or name.startswith("specdec_grader.judge") or ".tests" in name:
                 continue  # (a package's own test suite is not a tool)
             try:
                 found.append(importlib.import_module(name))
@@ -186,7 +186,7 @@ def survey(roots, cases, n_law=1500):
     return {"modules": [m.__name__ for m in mods], "failed": failed, "callables": n, "hits": hits}
 '''
 
-ROOTS = ["specdec_course", "scipy.stats"]
+ROOTS = ["specdec_course", "specdec_grader", "scipy.stats"]
 HIDDEN = sorted(edition.HIDDEN_PACKAGES)
 
 
@@ -287,18 +287,18 @@ def test_the_sandbox_imports_exactly_the_listed_modules(surveys):
     # The survey walks the package as the sandbox shows it: every module it finds is listed,
     # and every listed module is found and imports.
     result = surveys["ex01"]
-    mine = {m for m in result["modules"] if m.startswith("specdec_course")}
-    assert mine == set(edition.STUDENT_EDITION) - {"specdec_course.grading.student_side.__main__"}
-    assert not [m for m in result["failed"] if m.startswith("specdec_course")]
+    mine = {m for m in result["modules"] if m.startswith(("specdec_course", "specdec_grader"))}
+    assert mine == set(edition.STUDENT_EDITION) - {"specdec_grader.student_side.__main__"}
+    assert not [m for m in result["failed"] if m.startswith(("specdec_course", "specdec_grader"))]
     assert all(reason for reason in edition.STUDENT_EDITION.values())
 
 
 def _package_modules() -> set[str]:
-    root = edition.package_dir()
     out = set()
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        out.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    for root in edition.package_dirs().values():  # the course's and the grader's
+        for path in root.rglob("*.py"):
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            out.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return out
 
 
@@ -313,7 +313,7 @@ def test_every_module_of_the_package_is_listed_or_left_out_with_a_reason():
     assert set(edition.STUDENT_EDITION) <= modules  # no entry for a module that is gone
     assert not [m for m in edition.STUDENT_EDITION if left_out(m)]
     assert all(edition.LEFT_OUT.values())
-    assert edition.covers("specdec_course.grading.judge.ex01") is None
+    assert edition.covers("specdec_grader.judge.ex01") is None
     assert edition.covers("specdec_course.cli") is None
 
 
@@ -327,16 +327,20 @@ def test_the_tree_holds_the_listed_modules_and_imports_without_the_rest(tmp_path
     tree = edition.build_tree()
     files = {p.relative_to(tree) for p in tree.rglob("*.py")}
     assert len(files) == len(edition.STUDENT_EDITION)
-    assert not (tree / "grading" / "judge").exists() and not (tree / "cli").exists()
+    assert {p.name for p in tree.iterdir()} == {"specdec_course", "specdec_grader"}
+    assert not (tree / "specdec_grader" / "judge").exists()
+    assert not (tree / "specdec_grader" / "cli.py").exists()
+    assert not (tree / "specdec_course" / "cli").exists()
     code = (
-        f"import sys; sys.path.insert(0, {str(tree.parent)!r}); import importlib\n"
+        f"import sys; sys.path.insert(0, {str(tree)!r}); import importlib\n"
         # (an editable install's finder maps the package's names to the checkout: not here)
         "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
         f"for m in {sorted(m for m in edition.STUDENT_EDITION if not m.endswith('__main__'))!r}:\n"
         "    importlib.import_module(m)\n"
-        "import specdec_course\n"
+        "import specdec_course, specdec_grader\n"
         f"assert specdec_course.__file__.startswith({str(tree)!r})\n"
-        "for gone in ('specdec_course.grading.judge', 'specdec_course.cli', "
+        f"assert specdec_grader.__file__.startswith({str(tree)!r})\n"
+        "for gone in ('specdec_grader.judge', 'specdec_grader.cli', 'specdec_course.cli', "
         "'specdec_course.llm'):\n"
         "    try:\n"
         "        importlib.import_module(gone)\n"

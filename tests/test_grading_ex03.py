@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from helpers import report_text
 
-from specdec_course.grading import checks_for, run_check
+from specdec_grader import checks_for, run_check
 
 # ----------------------------------------------------------------------------- a solution
 
@@ -248,7 +248,7 @@ def graded_notebooks(tmp_path_factory):
 
     import nbformat
 
-    from specdec_course.grading.judge import batch
+    from specdec_grader.judge import batch
 
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("ex03_submissions")

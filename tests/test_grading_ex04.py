@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import report_text
 
-from specdec_course.grading import checks_for, grade_namespace, run_check
+from specdec_grader import checks_for, grade_namespace, run_check
 
 # ----------------------------------------------------------------------------- a solution
 
@@ -284,7 +284,7 @@ def test_untouched_stubs_are_not_attempted():
 def graded_notebooks(tmp_path_factory):
     import nbformat
 
-    from specdec_course.grading.judge import batch
+    from specdec_grader.judge import batch
 
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("ex04_submissions")

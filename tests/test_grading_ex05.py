@@ -22,7 +22,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from helpers import report_text  # noqa: E402
 
-from specdec_course.grading import checks_for, run_check  # noqa: E402
+from specdec_grader import checks_for, run_check  # noqa: E402
 
 _max = tl.standard._elementwise_max
 _min = tl.standard._elementwise_min
@@ -282,7 +282,7 @@ def test_every_launch_of_the_graded_run_is_recorded_as_triton_keys_it():
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.runtime.jit import native_specialize_impl
 
-    from specdec_course.grading.judge import ex05
+    from specdec_grader.judge import ex05
 
     launches: list = []
     cases = list(ex05._race_cases(race_kernel, launches))

@@ -21,16 +21,16 @@ import torch
 from graded_class import MODE
 from nbformat.v4 import new_notebook
 
-from specdec_course.grading.judge import batch, ex05
-from specdec_course.grading.judge.kernel_source import (
+from specdec_course.paths import REPO_ROOT
+from specdec_grader.judge import batch, ex05
+from specdec_grader.judge.kernel_source import (
     Refused,
     compile_cell,
     is_stub,
     kernel_cell,
     record_launch,
 )
-from specdec_course.grading.student_side.helpers import make_race_inputs
-from specdec_course.paths import REPO_ROOT
+from specdec_grader.student_side.helpers import make_race_inputs
 
 HEAD = "def race_kernel(token_ptr, pos_ptr, p_ptr, q_ptr, e_ptr, K, V, BLOCK_V: tl.constexpr):\n"
 

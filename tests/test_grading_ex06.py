@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from helpers import report_text
 from torch import nn
 
-from specdec_course.grading import checks_for, run_check
+from specdec_grader import checks_for, run_check
 
 # ----------------------------------------------------------------------------- a solution
 
@@ -407,7 +407,7 @@ def graded_notebooks(tmp_path_factory):
 
     import nbformat
 
-    from specdec_course.grading.judge import batch
+    from specdec_grader.judge import batch
 
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("ex06_submissions")
@@ -471,7 +471,7 @@ class MedusaHead(nn.Module):
 
 
 def test_the_judge_takes_the_class_alone_from_the_notebook():
-    from specdec_course.grading.judge.class_source import class_cell
+    from specdec_grader.judge.class_source import class_cell
 
     cell = class_cell(_notebook("import os\nimport torch\n", "os.x = 1\n" + CLASS), "MedusaHead")
     assert "class MedusaHead(nn.Module)" in cell and "import torch" in cell
@@ -499,8 +499,8 @@ def test_the_judge_takes_the_class_alone_from_the_notebook():
     ],
 )
 def test_a_class_statement_that_would_run_code_is_refused(source, says):
-    from specdec_course.grading.judge.class_source import class_cell
-    from specdec_course.grading.judge.kernel_source import Refused
+    from specdec_grader.judge.class_source import class_cell
+    from specdec_grader.judge.kernel_source import Refused
 
     with pytest.raises(Refused, match=says):
         class_cell(_notebook(source), "MedusaHead")
@@ -511,8 +511,8 @@ def test_a_class_too_deep_to_unparse_is_refused_with_a_reason():
     # accepts it) but the judge's unparse recursed out: a refusal that says why, not a crash.
     import sys
 
-    from specdec_course.grading.judge.class_source import class_cell
-    from specdec_course.grading.judge.kernel_source import Refused
+    from specdec_grader.judge.class_source import class_cell
+    from specdec_grader.judge.kernel_source import Refused
 
     deep = "x" + ".a" * 950
     source = (

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from specdec_course import grading, medusa
-from specdec_course.grading import run_check
-from specdec_course.grading.judge import ex07
+import specdec_grader as grading
+from specdec_course import medusa
+from specdec_grader import run_check
+from specdec_grader.judge import ex07
 
 # --------------------------------------------------------------------------- correct answers
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_course import grading, theory
-from specdec_course.grading import run_check
-from specdec_course.grading.judge.context import grading_seed
+import specdec_grader as grading
+from specdec_course import theory
+from specdec_grader import run_check
+from specdec_grader.judge.context import grading_seed
 
 
 def next_k(k, drafted, accepted, k_max, *, grow_when_short=True, floor=1, idle_keeps=True):

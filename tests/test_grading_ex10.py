@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from specdec_course import grading
-from specdec_course.grading import run_check
-from specdec_course.grading.judge.context import grading_seed
+import specdec_grader as grading
+from specdec_grader import run_check
+from specdec_grader.judge.context import grading_seed
 
 
 def coin_thresholds(p, q, draft, *, cap=True, carry=True, zero_zero=1.0, last="weight",

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_course import grading
-from specdec_course.grading import run_check
-from specdec_course.grading.judge import ex11
-from specdec_course.grading.judge.context import grading_seed
-from specdec_course.grading.judge.core import public_implementations
+import specdec_grader as grading
 from specdec_course.llm.lookup import lookup
+from specdec_grader import run_check
+from specdec_grader.judge import ex11
+from specdec_grader.judge.context import grading_seed
+from specdec_grader.judge.core import public_implementations
 
 
 def lookup_copy(context, k, min_n, max_n, **slip):
@@ -181,7 +181,7 @@ def test_untouched_stubs_are_not_attempted():
 
 
 def test_a_notebook_that_forwards_to_the_packages_lookup_is_flagged():
-    from specdec_course.grading.judge.copying import scan
+    from specdec_grader.judge.copying import scan
 
     cell = (
         "import numpy as np\n"

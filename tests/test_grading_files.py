@@ -12,8 +12,8 @@ import pytest
 from graded_class import MODE, ex01_defs
 from nbformat.v4 import new_code_cell
 
-from specdec_course.grading.judge import batch, copying, discovery, reports
-from specdec_course.grading.judge.jobs import SubmissionResult
+from specdec_grader.judge import batch, copying, discovery, reports
+from specdec_grader.judge.jobs import SubmissionResult
 
 TRIMMED = [" ", "\u00a0", "\u3000", "\u2003", "\u202f", "\u2007", " \u00a0\u3000"]
 FORMULAS = ["=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20", "\ufe66", "\u2212"]

@@ -1,5 +1,5 @@
 """The copy check (issue 54): a graded function is compared on a normalised form, after the
-edits that keep a copy a copy, with winnowed k-gram fingerprints (grading.judge.fingerprint).
+edits that keep a copy a copy, with winnowed k-gram fingerprints (specdec_grader.judge.fingerprint).
 
 Calibration: three honest versions of every graded function of exercises 01-11
 (``tests/data/honest/``, written independently, each differently) are flagged neither
@@ -20,12 +20,12 @@ import nbformat
 import pytest
 from obfuscate import OBFUSCATIONS
 
-from specdec_course.grading.judge import fingerprint as fp
-from specdec_course.grading.judge import reports
-from specdec_course.grading.judge.core import checks_for
-from specdec_course.grading.judge.discovery import collect
-from specdec_course.grading.judge.jobs import SubmissionResult
 from specdec_course.paths import REPO_ROOT
+from specdec_grader.judge import fingerprint as fp
+from specdec_grader.judge import reports
+from specdec_grader.judge.core import checks_for
+from specdec_grader.judge.discovery import collect
+from specdec_grader.judge.jobs import SubmissionResult
 
 HONEST = Path(__file__).resolve().parent / "data" / "honest"
 EXERCISES = [f"ex{n:02d}" for n in range(1, 12)]

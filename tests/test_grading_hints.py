@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_course import grading
+import specdec_grader as grading
 
 GRADING = Path(grading.__file__).parent
 

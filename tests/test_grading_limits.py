@@ -17,7 +17,7 @@ import pytest
 from graded_class import ex01_defs
 from nbformat.v4 import new_code_cell
 
-from specdec_course.grading.judge import batch, sandbox
+from specdec_grader.judge import batch, sandbox
 
 pytestmark = pytest.mark.skipif(
     sandbox.plan("weak").mode != "bwrap",

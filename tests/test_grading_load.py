@@ -22,9 +22,9 @@ import pytest
 from graded_class import MODE, ex01_defs
 from nbformat.v4 import new_code_cell
 
-from specdec_course.grading.judge import batch, reports, sandbox
-from specdec_course.grading.judge.cgroup import CGroup
-from specdec_course.grading.judge.session import Session
+from specdec_grader.judge import batch, reports, sandbox
+from specdec_grader.judge.cgroup import CGroup
+from specdec_grader.judge.session import Session
 
 pytestmark = pytest.mark.skipif(
     CGroup.available() is None, reason="no cgroup can be created here (needs root, cgroups)"

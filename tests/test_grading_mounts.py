@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_course.grading.judge import mounts, sandbox
+from specdec_grader.judge import mounts, sandbox
 
 pytestmark = pytest.mark.skipif(
     sandbox.plan("weak").mode != "bwrap",

@@ -14,9 +14,9 @@ import time
 import pytest
 from graded_class import MODE
 
-from specdec_course.grading.judge import sandbox, withheld
-from specdec_course.grading.judge.core import public_implementations
-from specdec_course.grading.judge.session import Session
+from specdec_grader.judge import sandbox, withheld
+from specdec_grader.judge.core import public_implementations
+from specdec_grader.judge.session import Session
 
 pytestmark = pytest.mark.skipif(sandbox.plan(MODE).mode != "bwrap", reason="needs bubblewrap")
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from specdec_course import grading
+import specdec_grader as grading
 
 
 @pytest.mark.parametrize("exercise", grading.exercises())

@@ -1,6 +1,6 @@
 """The grader fails closed and loses no row (issue 59).
 
-- Without a working sandbox, ``specdec-course grade`` refuses before any notebook runs: one
+- Without a working sandbox, ``specdec-grader`` refuses before any notebook runs: one
   message (what is missing, the install command, ``--sandbox off``) and exit status 3.
 - ``--sandbox off`` grades, and its gradebook and JUnit XML say so on every row.
 - A grader killed with SIGKILL halfway through a batch of real submissions leaves every
@@ -26,8 +26,8 @@ import pytest
 from graded_class import ex01_defs
 from nbformat.v4 import new_code_cell
 
-from specdec_course import cli
-from specdec_course.grading.judge import journal, sandbox, worker
+from specdec_grader import cli
+from specdec_grader.judge import journal, sandbox, worker
 
 
 def _rows(path: Path) -> list[dict]:
@@ -47,7 +47,7 @@ def test_without_bubblewrap_grade_refuses_before_any_notebook_runs(
 
     monkeypatch.setattr(worker.Judge, "spawn", classmethod(no_judge))
     out = tmp_path / "grades.csv"
-    argv = ["grade", str(tmp_path / "ex01_a.ipynb"), "--out", str(out)]
+    argv = [str(tmp_path / "ex01_a.ipynb"), "--out", str(out)]
     rc = cli.main(argv + ([] if mode == "auto" else ["--sandbox", mode]))
     err = capsys.readouterr().err
     assert rc == sandbox.NO_SANDBOX_EXIT == 3
@@ -60,7 +60,7 @@ def test_without_bubblewrap_grade_refuses_before_any_notebook_runs(
 def test_sandbox_off_says_so_in_every_row_and_in_the_junit_properties(tmp_path, capsys):
     (tmp_path / "ex01_broken.ipynb").write_text('{"cells": [')  # graded without a kernel
     out, xml = tmp_path / "grades.csv", tmp_path / "grades.xml"
-    argv = ["grade", str(tmp_path), "--out", str(out), "--junit", str(xml), "--sandbox", "off"]
+    argv = [str(tmp_path), "--out", str(out), "--junit", str(xml), "--sandbox", "off"]
     assert cli.main(argv) == 0
     assert "NO SANDBOX" in capsys.readouterr().out
     (row,) = _rows(out)  # csv.DictReader reads it: the warning is a column
@@ -85,9 +85,9 @@ def _class(folder: Path) -> None:
 
 
 def _command(folder: Path, out: Path, *extra: str) -> list[str]:
-    code = "import sys; from specdec_course import cli; sys.exit(cli.main(sys.argv[1:]))"
+    code = "import sys; from specdec_grader import cli; sys.exit(cli.main(sys.argv[1:]))"
     return [
-        sys.executable, "-c", code, "grade", str(folder), "--out", str(out), "--workers", "1",
+        sys.executable, "-c", code, str(folder), "--out", str(out), "--workers", "1",
         "--sandbox", _MODE, "--cell-timeout", "30", "--notebook-timeout", "90",
         "--memory-mb", str(graded_class.MEMORY_MB), *extra,
     ]  # fmt: skip

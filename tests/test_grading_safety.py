@@ -19,12 +19,12 @@ import pytest
 import torch
 from nbformat.v4 import new_notebook
 
-from specdec_course import grading
-from specdec_course.grading.judge import context, copying, discovery, ex01, reports
-from specdec_course.grading.judge.exposure import Exposed
-from specdec_course.grading.judge.jobs import SubmissionResult
-from specdec_course.grading.student_side import wire
+import specdec_grader as grading
 from specdec_course.model import CharGPT, GPTConfig
+from specdec_grader.judge import context, copying, discovery, ex01, reports
+from specdec_grader.judge.exposure import Exposed
+from specdec_grader.judge.jobs import SubmissionResult
+from specdec_grader.student_side import wire
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = GPTConfig(vocab_size=7, block_size=8, n_layer=1, n_head=1, n_embd=4)
@@ -226,12 +226,12 @@ def test_a_later_own_definition_clears_an_earlier_copy():
 
 def test_tampering_is_flagged_for_the_instructor():
     cells = [
-        "import gc, pathlib, specdec_course\nimport specdec_course.grading.core as core\n"
+        "import gc, pathlib, specdec_course\nimport specdec_grader.core as core\n"
         "core.run_check = None\ngc.get_objects()\n"
         "p = pathlib.Path(specdec_course.__file__).parent.parent / 'solutions'"
     ]
     flags = " ".join(copying.scan(cells, set()).flags)
-    for what in ("patches specdec_course.grading.core.run_check", "gc.get_objects", "__file__"):
+    for what in ("patches specdec_grader.core.run_check", "gc.get_objects", "__file__"):
         assert what in flags
     assert "solutions" in flags
 

@@ -14,8 +14,8 @@ import pytest
 from graded_class import MODE, ex01_defs
 from nbformat.v4 import new_code_cell
 
-from specdec_course.grading.judge import batch, scan_bounds
-from specdec_course.grading.judge.core import public_implementations
+from specdec_grader.judge import batch, scan_bounds
+from specdec_grader.judge.core import public_implementations
 
 # The red team's blinding cell: the kernel's recursion limit raised, then an expression
 # 4000 deep that the judge's parser cannot read, then what it hid.

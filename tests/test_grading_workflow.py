@@ -12,7 +12,7 @@ from __future__ import annotations
 import yaml
 from test_workflow import ROOT, _actionlint, needs_actionlint
 
-from specdec_course.grading.judge import journal, reports
+from specdec_grader.judge import journal, reports
 
 GRADE = ROOT / ".github" / "workflows" / "grade.yml"
 
@@ -28,7 +28,7 @@ def test_the_grading_workflow_grades_in_the_sandbox_and_uploads_the_gradebook():
     (job,) = flow["jobs"].values()
     runs = "\n".join(s["run"] for s in job["steps"] if "run" in s)
     assert "apt-get install -y -qq bubblewrap" in runs
-    (grade,) = [s for s in job["steps"] if "specdec-course grade" in s.get("run", "")]
+    (grade,) = [s for s in job["steps"] if "specdec-grader " in s.get("run", "")]
     assert "--sandbox off" not in grade["run"] and "--out grades.csv" in grade["run"]
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload")]
     assert upload["if"] == "always()"  # the rows graded before a failure or a cut-off too

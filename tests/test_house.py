@@ -9,6 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specdec_course"
+GRADER = ROOT / "specdec_grader"  # the grader, a package of its own that imports the course
+PACKAGES = (PACKAGE, GRADER)
 HARD_LIMIT = 600  # lines; the house rule is "about 500: split a module along its own sections"
 
 
@@ -33,7 +35,8 @@ def test_imports_follow_the_layers():
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
     # The contract has teeth: the same package with one arrow upward (model -> cli) fails.
-    shutil.copytree(PACKAGE, tmp_path / "specdec_course", ignore=shutil.ignore_patterns("*.pyc"))
+    for package in PACKAGES:
+        shutil.copytree(package, tmp_path / package.name, ignore=shutil.ignore_patterns("*.pyc"))
     model = tmp_path / "specdec_course" / "model" / "gpt.py"
     model.write_text(model.read_text() + "\nfrom ..cli import main  # noqa\n")
     r = _lint_imports(tmp_path, tmp_path)
@@ -41,19 +44,37 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     assert "specdec_course.model.gpt -> specdec_course.cli" in r.stdout
 
 
+def test_the_course_importing_the_grader_breaks_the_contract(tmp_path):
+    # The grader imports the course, never the reverse: the course's `grade` command importing
+    # the grader (the tempting shortcut) fails the linter.
+    for package in PACKAGES:
+        shutil.copytree(package, tmp_path / package.name, ignore=shutil.ignore_patterns("*.pyc"))
+    grade = tmp_path / "specdec_course" / "cli" / "grade.py"
+    grade.write_text(grade.read_text() + "\nimport specdec_grader.cli  # noqa\n")
+    r = _lint_imports(tmp_path, tmp_path)
+    assert r.returncode != 0 and "BROKEN" in r.stdout, r.stdout + r.stderr
+    assert "The course never imports the grader" in r.stdout
+    assert "specdec_course.cli.grade -> specdec_grader.cli" in r.stdout
+
+
 def test_no_module_outgrows_the_house_rule():
     sizes = {
-        str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+        for package in PACKAGES
+        for p in package.rglob("*.py")
     }
     big = {p: n for p, n in sizes.items() if n > HARD_LIMIT}
     assert not big, f"split these along their own sections (limit ~500, hard {HARD_LIMIT}): {big}"
 
 
 def test_only_cli_parses_arguments():
+    # The course's commands are in specdec_course/cli/, the grader's in specdec_grader/cli.py.
     offenders = [
         str(p.relative_to(ROOT))
-        for p in PACKAGE.rglob("*.py")
-        if "cli" not in p.relative_to(PACKAGE).parts
+        for package in PACKAGES
+        for p in package.rglob("*.py")
+        if "cli" not in p.relative_to(package).with_suffix("").parts
         and ("import argparse" in p.read_text() or "sys.argv" in p.read_text())
     ]
     assert not offenders, f"argument parsing belongs in specdec_course/cli/: {offenders}"
+    assert "import argparse" in (GRADER / "cli.py").read_text()  # the rule looks where it should

@@ -34,12 +34,12 @@ import torch
 from test_grading_ex04 import _step, commit_row
 from test_grading_ex06 import MedusaHead
 
-from specdec_course.grading import call, run_check
-from specdec_course.grading.judge import edition, withheld
-from specdec_course.grading.judge.context import grading_seed
-from specdec_course.grading.judge.core import exercises, public_implementations
-from specdec_course.grading.judge.ex01 import _joint_law
-from specdec_course.grading.judge.ex07 import V, exact_law
+from specdec_grader import call, run_check
+from specdec_grader.judge import edition, withheld
+from specdec_grader.judge.context import grading_seed
+from specdec_grader.judge.core import exercises, public_implementations
+from specdec_grader.judge.ex01 import _joint_law
+from specdec_grader.judge.ex07 import V, exact_law
 
 PHI = 0.6180339887498949
 
@@ -120,7 +120,7 @@ def test_target_calls_are_counted_whatever_the_entry():
 
 
 def test_a_python_object_with_a_grid_is_not_a_triton_kernel():
-    from specdec_course.grading.judge.ex05 import reference_race
+    from specdec_grader.judge.ex05 import reference_race
 
     class Fake:  # callable and subscriptable, as a JITFunction is
         def __call__(self, *args, **kwargs):
@@ -153,7 +153,7 @@ def test_a_forged_head_report_earns_nothing(monkeypatch):
     # The probe replaced (in a kernel: by code the scan cannot follow) with one that reports
     # a well-formed head and outputs computed without one: the judge loads its own weights
     # and compares with its own head, so only a real head's output passes.
-    from specdec_course.grading.judge.ex06 import head
+    from specdec_grader.judge.ex06 import head
 
     def forged(cls, w, n_layers, h, prev, weights):
         V, C = w.shape
@@ -244,7 +244,7 @@ def test_a_withheld_call_from_the_kernel_names_the_function():
     race = _rewritten("specdec_course.sampling", "ex05").exponential_race
     with pytest.raises(RuntimeError) as err:
         race(torch.ones(3))
-    from specdec_course.grading.student_side.errors import error_info
+    from specdec_grader.student_side.errors import error_info
 
     info = error_info(err.value)
     assert withheld.named_in(info) == ("specdec_course.sampling.exponential_race", "ex05")
@@ -272,7 +272,7 @@ def _package_refs(exercise: str) -> set[str]:
     import ast
     from pathlib import Path
 
-    import specdec_course.grading.judge as judge
+    import specdec_grader.judge as judge
 
     base = Path(judge.__file__).parent
     files = [base / f"{exercise}.py"] if (base / f"{exercise}.py").exists() else []
@@ -293,7 +293,7 @@ def _package_refs(exercise: str) -> set[str]:
                 x = x.value
             if isinstance(x, ast.Name) and x.id in names:
                 refs.add(".".join([names[x.id], *reversed(parts)]))
-    return {r for r in refs if not r.startswith("specdec_course.grading")}
+    return {r for r in refs if not r.startswith("specdec_grader")}
 
 
 def _resolve(path: str):
@@ -319,7 +319,7 @@ def test_every_package_function_a_reference_uses_is_withheld_or_allowed(exercise
     import sys
 
     public_implementations(exercise)
-    module = sys.modules[f"specdec_course.grading.judge.{exercise}"]
+    module = sys.modules[f"specdec_grader.judge.{exercise}"]
     allowed = module.ALLOWED
     assert all(isinstance(why, str) and why for why in allowed.values())
     held = set(public_implementations(exercise))
@@ -452,8 +452,8 @@ run = builtins.__dict__['ex' + 'ec']
 
 @pytest.mark.parametrize("name", sorted(SCAN_ATTACKS))
 def test_wrappers_and_computed_names_are_found(name):
-    from specdec_course.grading.judge.copying import scan
-    from specdec_course.grading.judge.core import checks_for
+    from specdec_grader.judge.copying import scan
+    from specdec_grader.judge.core import checks_for
 
     exercise, cell, forwarders, tamper = SCAN_ATTACKS[name]
     needs = {n for s in checks_for(exercise) for n in s.needs}
@@ -471,8 +471,8 @@ def test_the_solutions_and_stubs_are_not_flagged():
     import json
     from pathlib import Path
 
-    from specdec_course.grading.judge.copying import scan
-    from specdec_course.grading.judge.core import checks_for
+    from specdec_grader.judge.copying import scan
+    from specdec_grader.judge.core import checks_for
 
     root = Path(__file__).resolve().parent.parent
     for path in sorted([*root.glob("solutions/ex*.ipynb"), *root.glob("exercises/ex*.ipynb")]):
@@ -505,7 +505,7 @@ KERNEL_HEAD = (
 def test_a_race_kernel_that_is_not_only_triton_is_refused(body, says):
     import json
 
-    from specdec_course.grading.judge.kernel_source import Refused, kernel_cell
+    from specdec_grader.judge.kernel_source import Refused, kernel_cell
 
     nb = {"cells": [{"cell_type": "code", "source": KERNEL_HEAD + body}]}
     with pytest.raises(Refused, match=says):
@@ -516,7 +516,7 @@ def test_the_race_kernel_and_its_helpers_are_taken_from_the_source_alone():
     import json
     from pathlib import Path
 
-    from specdec_course.grading.judge.kernel_source import Refused, kernel_cell
+    from specdec_grader.judge.kernel_source import Refused, kernel_cell
 
     root = Path(__file__).resolve().parent.parent
     cell = kernel_cell((root / "solutions" / "ex05_triton_race.ipynb").read_text())

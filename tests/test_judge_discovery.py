@@ -25,15 +25,15 @@ import nbformat
 import pytest
 import torch
 
-from specdec_course.grading.judge import batch, exposure, sandbox
-from specdec_course.grading.judge.discovery import collect, disagreement, exercise_of
-from specdec_course.grading.judge.exposure import Exposed
-from specdec_course.grading.judge.jobs import Job
-from specdec_course.grading.judge.submission import grade_submission
-from specdec_course.grading.judge.worker import Judge
-from specdec_course.grading.student_side import wire
-from specdec_course.grading.student_side.results import CheckResult
 from specdec_course.model import CharGPT, GPTConfig
+from specdec_grader.judge import batch, exposure, sandbox
+from specdec_grader.judge.discovery import collect, disagreement, exercise_of
+from specdec_grader.judge.exposure import Exposed
+from specdec_grader.judge.jobs import Job
+from specdec_grader.judge.submission import grade_submission
+from specdec_grader.judge.worker import Judge
+from specdec_grader.student_side import wire
+from specdec_grader.student_side.results import CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVED = nbformat.read(ROOT / "solutions" / "ex01_residual.ipynb", as_version=4)

@@ -20,8 +20,8 @@ import pytest
 import torch
 from torch import nn
 
-from specdec_course.grading import checks_for, exercises, run_check
 from specdec_course.model import KVCache
+from specdec_grader import checks_for, exercises, run_check
 
 ROOT = Path(__file__).resolve().parent.parent
 

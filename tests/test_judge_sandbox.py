@@ -1,4 +1,4 @@
-"""The attacks of issue 27 that need a kernel, through the real ``specdec-course grade``
+"""The attacks of issue 27 that need a kernel, through the real ``specdec-grader``
 (bubblewrap, a cgroup where one can be made), in one run (the shared class of
 ``tests/graded_class.py``, graded once per session): each earns only what its honest part
 earns, is flagged where it copies or tampers, and harms no classmate.
@@ -45,7 +45,7 @@ from graded_class import defs_only, ex01_defs
 from nbformat.v4 import new_code_cell
 from test_judge_attacks import SCAN_ATTACKS
 
-from specdec_course.grading.judge import sandbox
+from specdec_grader.judge import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_BWRAP = sandbox.plan("weak").mode == "bwrap"
@@ -68,10 +68,10 @@ except OSError:
 
 IMPORT_REFERENCE = """
 def next_k(*args, **kwargs):
-    from specdec_course.grading.judge.ex08 import reference_next_k as _nk
+    from specdec_grader.judge.ex08 import reference_next_k as _nk
     return _nk(*args, **kwargs)
 def alpha_estimate(*args, **kwargs):
-    from specdec_course.grading.ex08 import reference_alpha_estimate as _a
+    from specdec_grader.ex08 import reference_alpha_estimate as _a
     return _a(*args, **kwargs)
 """
 
@@ -79,7 +79,7 @@ def alpha_estimate(*args, **kwargs):
 # by the untouched stub; written so that the source scan cannot follow it.
 _FORGE = """
 import sys, torch
-probes = sys.modules["specdec_course.grading.student_side.probes"]
+probes = sys.modules["specdec_grader.student_side.probes"]
 def fake(cls, w, n_layers, h, prev, weights):
     C, V = w.shape[1], w.shape[0]
     return {"module": True, "type": "MedusaHead", "layers": ("ModuleList", "Embedding", "Linear"),
@@ -159,7 +159,7 @@ def _hidden(code: str) -> str:
 # the kernel taken from the source in a kernel of its own, so neither reaches the verdict.
 _PROBE_EX05 = """
 import sys, torch
-probes = sys.modules["specdec_course.grading.student_side." + "pro" + "bes"]
+probes = sys.modules["specdec_grader.student_side." + "pro" + "bes"]
 def fake(kernel, pos, p, q, e, block_v):
     r = torch.arange(pos.shape[0])
     return ((p[r, pos] - q[r, pos]).clamp_min(0) / e).argmax(-1).to(torch.int64)
@@ -366,7 +366,7 @@ def test_a_link_to_the_solutions_is_refused(run):
 
 
 def test_the_packages_own_answers_are_not_in_the_sandbox(run):
-    from specdec_course.grading.judge.core import checks_for
+    from specdec_grader.judge.core import checks_for
 
     assert {s.id: s.points for s in checks_for("ex01")}["ex01.chi_square_p_value"] == CHI_POINTS
     rows = run["checks"]["patched_agent_ex01"]
@@ -403,9 +403,9 @@ raise RuntimeError(f"forked {kids} processes")
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the grader is not root here")
 def test_weak_as_root_runs_kernels_under_their_own_uid(monkeypatch, tmp_path):
-    from specdec_course.grading.judge.discovery import collect
-    from specdec_course.grading.judge.jobs import Job
-    from specdec_course.grading.judge.submission import grade_submission
+    from specdec_grader.judge.discovery import collect
+    from specdec_grader.judge.jobs import Job
+    from specdec_grader.judge.submission import grade_submission
 
     monkeypatch.setattr(sandbox.CGroup, "available", classmethod(lambda cls: None))
     plan = sandbox.plan("weak")

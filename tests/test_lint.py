@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PATHS = ["specdec_course", "tests", "tools", "data/prepare.py"]
+PATHS = ["specdec_course", "specdec_grader", "tests", "tools", "data/prepare.py"]
 
 
 def _ruff(*args):
@@ -25,4 +25,6 @@ def test_ruff_check_is_clean():
 
 def test_ruff_format_is_applied():
     r = _ruff("format", "--check")
-    assert r.returncode == 0, "run `ruff format specdec_course tests tools`:\n" + r.stdout
+    assert r.returncode == 0, (
+        "run `ruff format specdec_course specdec_grader tests tools`:\n" + r.stdout
+    )

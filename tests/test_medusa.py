@@ -375,7 +375,7 @@ def test_node_law_is_the_walks_rule_enumerated_and_equals_the_target():
     # medusa.node_law (what lesson 06 checks the rule with) against the grader's own
     # enumeration of the rule (accept-or-move-on per child, then what is left), and the
     # lossless property: for any children the emitted token is distributed as p.
-    from specdec_course.grading.judge.ex07.walk import _node_law
+    from specdec_grader.judge.ex07.walk import _node_law
 
     g = torch.Generator().manual_seed(0)
     for trial in range(6):
