@@ -2,8 +2,10 @@
 
 The sandbox shows the interpreter, the course's data and the student edition at neutral
 paths (/opt/python, /opt/venv, /course): the grader's checkout, home folder and Python
-installation are not there by their host paths, the mount table's mount points name none
-of them, and the edition and the data are bound from the grader's own temporary copies.
+installation are not there by their host paths, and /proc/self/mountinfo names none of them,
+neither as a mount point nor as the folder a bind comes from (the interpreter is bound from
+hard-linked copies under neutral names, the edition and the data from the grader's own
+temporary copies).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from specdec_course.paths import data_dir
 table = [line.split() for line in open("/proc/self/mountinfo")]
 print(json.dumps({
     "sources": [f[3] for f in table], "points": [f[4] for f in table],
+    "table": open("/proc/self/mountinfo").read(),
     "package": specdec_course.__file__, "data": str(data_dir()), "exe": sys.executable,
     "exists": {p: os.path.exists(p) for p in sys.argv[1:]},
 }))
@@ -51,7 +54,11 @@ def test_the_sandbox_shows_no_host_path():
     assert seen["data"] == "/course/data" and seen["exe"].startswith(("/opt/python/", "/usr/"))
     for point in seen["points"]:  # the mount points: neutral paths, the system's, scratch
         assert not any(point == p or point.startswith(p + "/") for p in host), point
-    # The edition and the data come from the grader's temporary copies, not the checkout.
+    # The mount table's root column (the folder each bind comes from, on its file system)
+    # names no host folder either: the interpreter is bound from hard-linked copies under
+    # neutral names, the edition and the data from the grader's temporary copies.
     for source, point in zip(seen["sources"], seen["points"]):
+        assert not any(source == p or source.startswith(p + "/") for p in host), (source, point)
         if point.startswith("/course"):
             assert not source.startswith(str(ROOT)), (source, point)
+    assert not [p for p in host if p in seen["table"]], seen["table"]

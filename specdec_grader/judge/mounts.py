@@ -8,9 +8,11 @@ at ``/opt/venv``, a user site at ``/opt/user-site``, the student edition at
 ``/course/specdec_course`` (the grader's student side beside it at ``/course/specdec_grader``)
 and the course's data (a copy, made once per process) at
 ``/course/data``: a kernel that lists ``/``, its own path or the mount table's mount points
-finds no home folder, checkout or installation path of the grader's machine. (The mount
-table's source column still names the interpreter's host folders, which bubblewrap binds
-from; the edition and the data come from the grader's own temporary folders.)
+finds no home folder, checkout or installation path of the grader's machine. Nor does the
+mount table's root column (``/proc/self/mountinfo``, which names each bind's folder on its
+file system): the interpreter's folders are bound from hard-linked copies under neutral names
+(:func:`linked`, made once per machine), the edition and the data from the grader's own
+temporary folders.
 
 The kernel runs the base interpreter at its neutral path with ``-I -S`` and adds the
 environment's site folders itself (:func:`kernel_command`): a venv's ``pyvenv.cfg`` names
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import site
@@ -106,6 +110,73 @@ def _data_copy() -> str:
         return _data[0]
 
 
+def _fingerprint(root: str) -> str:
+    # What a changed installation changes: the folders a package install adds an entry to.
+    parts = [root]
+    for d in [root, *sorted(str(p) for p in Path(root).glob("lib*/python*/site-packages"))]:
+        with contextlib.suppress(OSError):
+            parts.append(f"{d}:{os.stat(d).st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _link_tree(src: str, dst: str) -> None:
+    # ``src`` as a tree of hard links (no data is copied), its symlinks as symlinks.
+    for folder, dirs, files in os.walk(src):
+        rel = os.path.relpath(folder, src)
+        out = dst if rel == "." else os.path.join(dst, rel)
+        os.makedirs(out, exist_ok=True)
+        os.chmod(out, 0o755)
+        for name in [*dirs, *files]:
+            p, q = os.path.join(folder, name), os.path.join(out, name)
+            if os.path.islink(p):
+                os.symlink(os.readlink(p), q)
+            elif name in files:
+                os.link(p, q)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+
+
+_linked: dict[str, str] = {}
+
+
+def linked(host: str, name: str) -> str:
+    """The folder ``host`` (an installation) as a tree of hard links at a neutral path,
+    ``$TMPDIR/specdec-<uid>-<fingerprint>/<name>``, so that binding it names no host folder
+    in the sandbox's mount table. Made once per machine and installation state (a lock keeps
+    two graders from making it twice; a changed installation gets a new one), reused when
+    this user owns it and no one else can write it. Where hard links cannot be made (another
+    file system), ``host`` itself, whose name the mount table then shows."""
+    with _lock:
+        if host in _linked:
+            return _linked[host]
+        uid = os.getuid()
+        final = os.path.join(tempfile.gettempdir(), f"specdec-{uid}-{_fingerprint(host)}")
+        tree = os.path.join(final, name)
+        try:
+            fd = os.open(f"{final}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.lstat(final) if os.path.lexists(final) else None
+                ours = st is not None and st.st_uid == uid and not st.st_mode & 0o022
+                if not (ours and os.path.isfile(os.path.join(final, "complete"))):
+                    if st is not None:
+                        raise OSError(f"{final} exists and is not a finished tree of ours")
+                    work = tempfile.mkdtemp(prefix="specdec-linking-")
+                    try:
+                        _link_tree(host, os.path.join(work, name))
+                        Path(work, "complete").write_text(host + "\n")
+                        os.chmod(work, 0o755)
+                        os.rename(work, final)
+                    except BaseException:
+                        shutil.rmtree(work, True)
+                        raise
+            finally:
+                os.close(fd)
+        except OSError:
+            tree = host
+        _linked[host] = tree
+        return tree
+
+
 def binds() -> list[str]:
     """bwrap options that show the system, the Python installation, the course's data and
     the student edition (:func:`.edition.build_tree`: the listed modules only, so no file of
@@ -120,7 +191,8 @@ def binds() -> list[str]:
         opts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     data = os.path.realpath(data_dir())
     for host, there in sorted(roots(), key=lambda kv: len(kv[1])):  # parents first
-        opts += ["--ro-bind", _data_copy() if host == data else host, there]
+        source = _data_copy() if host == data else linked(host, os.path.basename(there))
+        opts += ["--ro-bind", source, there]
     return opts + edition_binds(edition.build_tree()) + translate(withheld.hidden_package_options())
 
 
