@@ -1,13 +1,14 @@
 """The judge process: a worker that grades one submission after another, and its handle.
 
-A :class:`Judge` is the parent's handle on one worker process (``python -m
-specdec_grader.judge.worker FD``), started in its own process group with one end of a
-socket pair. The parent sends it jobs (``("job", Job as a dict)``); the worker answers each
-with ``("result", SubmissionResult as a dict)`` and ends on ``("stop", None)`` or when the
-socket closes. The local pool (:mod:`.runner`) keeps several judges; a Dask task
-(:mod:`.cluster`) keeps one per worker thread: both grade through :meth:`Judge.send` and
-:meth:`Judge.answer`, which turns a worker that died, sent nonsense or ran past the hard
-deadline into a lost result, so that only that submission pays.
+A :class:`Judge` is the parent's handle on one worker process (this module run as
+``__main__``, see ``_BOOT``), started in its own process group with one end of a socket
+pair (its descriptor in ``SPECDEC_JUDGE_FD``). The parent sends it jobs (``("job", Job as
+a dict)``); the worker answers each with ``("result", SubmissionResult as a dict)`` and ends
+on ``("stop", None)`` or when the socket closes. The local pool (:mod:`.runner`) keeps
+several judges; a Dask task (:mod:`.cluster`) keeps one per worker thread: both grade
+through :meth:`Judge.send` and :meth:`Judge.answer`, which turns a worker that died, sent
+nonsense or ran past the hard deadline into a lost result, so that only that submission
+pays.
 
 A worker is a plain subprocess, not a ``multiprocessing.Process``: a Dask worker is a
 daemonic process, which ``multiprocessing`` forbids to have children. It imports torch and
@@ -40,6 +41,14 @@ __all__ = ["Judge", "grade_job", "keep_check", "lost_result", "orphans", "worker
 
 # How a judge started by Judge.spawn finds its end of the socket pair.
 _FD_VAR = "SPECDEC_JUDGE_FD"
+# How a judge starts: this module as __main__, with one import ruled out first. nbformat
+# validates a notebook with jsonschema, whose import builds some forty IRI grammars when
+# rfc3987_syntax is installed (it is, beside JupyterLab): about a second of CPU per judge, for
+# format checks that validating a notebook never runs (nbformat asks for none).
+_BOOT = (
+    "import sys; sys.modules['rfc3987_syntax'] = None; import runpy; "
+    "runpy.run_module('specdec_grader.judge.worker', run_name='__main__', alter_sys=True)"
+)
 
 # Starting a worker (it imports torch) and its first kernel, on a busy machine.
 STARTUP_GRACE_S = 120.0
@@ -208,7 +217,7 @@ class Judge:
         env[_FD_VAR] = str(child.fileno())  # the judge's end of the socket pair
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "specdec_grader.judge.worker"],
+                [sys.executable, "-c", _BOOT],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(child.fileno(),),
                 env=env,
