@@ -42,7 +42,7 @@ from pathlib import Path
 import nbformat
 import psutil
 
-from specdec_grader import batch, cluster
+from specdec_grader.judge import batch, cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMITS = dict(cell_timeout=60, notebook_timeout=300, memory_mb=3000, progress=False, seed=11)
@@ -62,7 +62,7 @@ def timed_grade_task(job_dict, sandbox_mode, log=str(LOG)):
     import threading as _th
     import time as _t
 
-    from specdec_grader import cluster as _c
+    from specdec_grader.judge import cluster as _c
 
     had_judge = _th.get_ident() in _c._judges
     t0 = _t.time()
