@@ -359,6 +359,16 @@ def test_a_bad_scheduler_gets_one_clear_error_and_no_work(scheduler, tmp_path, c
     assert not (tmp_path / "g.csv").exists()
 
 
+def test_every_option_of_the_grader_has_help_and_shows_its_default():
+    parser = cli.build_parser()
+    text = " ".join(parser.format_help().split())  # a default may wrap onto a new line
+    assert parser.description and text.startswith("usage: specdec-grader")
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings or action.dest} has no help text"
+        if action.default not in (None, False, "==SUPPRESS==") and action.option_strings:
+            assert f"(default: {action.default}" in text, f"{action.option_strings} hides it"
+
+
 def test_the_course_command_passes_grade_through_to_the_grader(tmp_path):
     # `specdec-course grade ARGS` runs `python -m specdec_grader ARGS` in its own process
     # (the course never imports the grader): the same arguments, answers and exit status.

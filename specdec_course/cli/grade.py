@@ -26,7 +26,11 @@ def add_parser(sub) -> None:
         add_help=False,  # --help goes through to the grader
         prefix_chars="\0",  # nothing here is an option: every argument goes through
     )
-    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.add_argument(
+        "args",
+        nargs=argparse.REMAINDER,
+        help="what `specdec-grader` takes: submissions and options (`specdec-grader --help`)",
+    )
     p.set_defaults(run=run)
 
 
