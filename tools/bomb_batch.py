@@ -27,7 +27,7 @@ from nbformat.v4 import new_code_cell
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from graded_class import MODE, ex01_defs  # noqa: E402
 
-from specdec_course.grading.judge import batch  # noqa: E402
+from specdec_grader.judge import batch  # noqa: E402
 
 HONEST = int(os.environ.get("BOMB_HONEST", "30"))
 CELL_WALL = float(os.environ.get("BOMB_CELL_WALL", "30"))
