@@ -369,6 +369,16 @@ def test_every_option_of_the_grader_has_help_and_shows_its_default():
             assert f"(default: {action.default}" in text, f"{action.option_strings} hides it"
 
 
+def test_the_grader_answers_help_without_importing_torch():
+    code = (
+        "import runpy, sys\nsys.argv = ['specdec-grader', '--help']\ntry:\n"
+        "    runpy.run_module('specdec_grader', run_name='__main__')\n"
+        "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], **_TEXT)
+    assert done.stdout.split()[-2:] == ["0", "False"], done.stdout[-500:] + done.stderr
+
+
 def test_the_course_command_passes_grade_through_to_the_grader(tmp_path):
     # `specdec-course grade ARGS` runs `python -m specdec_grader ARGS` in its own process
     # (the course never imports the grader): the same arguments, answers and exit status.
