@@ -44,12 +44,10 @@ __all__ = ["Findings", "scan"]
 
 PACKAGE = "specdec_course"
 GRADER = "specdec_grader"
-# The grader is a package of its own: a reference to it is followed as one to the course's.
-_ROOTS = (PACKAGE, GRADER)
+_ROOTS = (PACKAGE, GRADER)  # a reference to the grader is followed as one to the course's
 
 
-def _below(path: str) -> bool:
-    """Whether ``path`` names something inside the course's package or the grader's."""
+def _below(path: str) -> bool:  # inside the course's package or the grader's
     return "." in path and path.split(".")[0] in _ROOTS
 
 
