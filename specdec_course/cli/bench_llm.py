@@ -136,6 +136,7 @@ def _resume(path: Path, options: dict) -> dict:
 
 def run(args) -> int:
     from ..bench.records import load_average, load_header
+    from ..devices import cpu_name
 
     checked(args)  # args.out: bench-results/, data/results/ with --record, or --out
     options = _options(args)
@@ -153,7 +154,7 @@ def run(args) -> int:
         command=_command(args),
         date=time.strftime("%Y-%m-%d"),
         started=old.get("started", time.strftime("%Y-%m-%d %H:%M:%S")),
-        cpu=_cpu_name(),
+        cpu=cpu_name(),
         threads=args.threads,
         clock=clock_name,
         options=options,
@@ -393,9 +394,3 @@ class _Steps:
                 draft_record=draft.record,
             ),
         )
-
-
-def _cpu_name() -> str:
-    from ..devices import cpu_name
-
-    return cpu_name()

@@ -64,7 +64,6 @@ class ModelProposer:
 
     def start(self, ids, n, sampling, generator, max_new_tokens, k) -> None:
         model = self.model
-        self.sampling = sampling
         # The catch-up feeds one or two tokens: graphed steps for T = 1 and 2.
         self.steps = steps_for(model, "draft", 2, True) if self.cuda_graphs else None
         # One-token steps, the model's cheapest (fast.draft_step: a one-layer draft's
