@@ -33,13 +33,18 @@ def test_imports_follow_the_layers():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path):
-    # The contract has teeth: the same package with one arrow upward (model -> cli) fails.
+def _lint_with(tmp_path, module: str, line: str):
+    """The linter's verdict on a copy of the packages with ``line`` added to ``module``."""
     for package in PACKAGES:
         shutil.copytree(package, tmp_path / package.name, ignore=shutil.ignore_patterns("*.pyc"))
-    model = tmp_path / "specdec_course" / "model" / "gpt.py"
-    model.write_text(model.read_text() + "\nfrom ..cli import main  # noqa\n")
-    r = _lint_imports(tmp_path, tmp_path)
+    path = tmp_path / module
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+    return _lint_imports(tmp_path, tmp_path)
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    # The contract has teeth: the same package with one arrow upward (model -> cli) fails.
+    r = _lint_with(tmp_path, "specdec_course/model/gpt.py", "from ..cli import main")
     assert r.returncode != 0 and "BROKEN" in r.stdout, r.stdout + r.stderr
     assert "specdec_course.model.gpt -> specdec_course.cli" in r.stdout
 
@@ -47,11 +52,7 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
 def test_the_course_importing_the_grader_breaks_the_contract(tmp_path):
     # The grader imports the course, never the reverse: the course's `grade` command importing
     # the grader (the tempting shortcut) fails the linter.
-    for package in PACKAGES:
-        shutil.copytree(package, tmp_path / package.name, ignore=shutil.ignore_patterns("*.pyc"))
-    grade = tmp_path / "specdec_course" / "cli" / "grade.py"
-    grade.write_text(grade.read_text() + "\nimport specdec_grader.cli  # noqa\n")
-    r = _lint_imports(tmp_path, tmp_path)
+    r = _lint_with(tmp_path, "specdec_course/cli/grade.py", "import specdec_grader.cli")
     assert r.returncode != 0 and "BROKEN" in r.stdout, r.stdout + r.stderr
     assert "The course never imports the grader" in r.stdout
     assert "specdec_course.cli.grade -> specdec_grader.cli" in r.stdout
