@@ -50,29 +50,39 @@ def commit_row(ids, token_ids, num_accepted, target_cache, draft_cache):
     return out[0, : int(n[0])]
 
 
-def _step(commit, catch_up=True, one_target_call=True, pending=True):
-    """speculative_step built on ``commit``, with a mistake switched on when asked."""
+def _softmax(logits):
+    return logits.softmax(-1)
 
-    def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
+
+def _step(commit, catch_up=True, one_target_call=True, pending=True, raw=""):
+    """speculative_step built on ``commit``, with a mistake switched on when asked. ``raw``:
+    which distributions skip ``process`` ("qp": lesson 04's loop at temperature 1; "q": the
+    drafts are sampled from the processed q but the plain softmax is reported; "p")."""
+
+    def speculative_step(
+        target, draft, ids, target_cache, draft_cache, k, verify, process, generator=None
+    ):
+        p_of = _softmax if "p" in raw else process
         feed = ids[draft_cache.length :] if catch_up else ids[-1:]
         drafts, qs = [], []
         for _ in range(k):
-            q = draft(feed[None], draft_cache)[0, -1].softmax(-1)
+            logits = draft(feed[None], draft_cache)[0, -1]
+            q = _softmax(logits) if raw == "qp" else process(logits)
             x = torch.multinomial(q, 1, generator=generator)
             drafts.append(x)
-            qs.append(q)
+            qs.append(logits.softmax(-1) if raw == "q" else q)
             feed = x
         d = torch.cat(drafts)
         if not pending:  # scores the drafts only: p is one row short and shifted
             logits = target(d[None], target_cache)[0]
-            p = torch.cat([logits[:1], logits]).softmax(-1)
+            p = p_of(torch.cat([logits[:1], logits]))
         elif one_target_call:
-            p = target(torch.cat([ids[-1:], d])[None], target_cache)[0].softmax(-1)
+            p = p_of(target(torch.cat([ids[-1:], d])[None], target_cache)[0])
         else:
             p = torch.cat(
                 [target(t[None, None], target_cache)[0] for t in torch.cat([ids[-1:], d])]
             )
-            p = p.softmax(-1)
+            p = p_of(p)
         token_ids, num_accepted = verify(d[None], torch.stack(qs)[None], p[None])
         return commit(ids, token_ids, num_accepted, target_cache, draft_cache)
 
@@ -264,6 +274,9 @@ def test_wrong_commit_fails_with_a_diagnosis(wrong, says):
         (_step(row_forgets_catch_up), "forgot the draft's catch-up"),
         (_step(row_crops_draft_like_target), "forgot the draft's catch-up"),
         (_step(row_drops_bonus), "dropped the bonus token"),
+        (_step(commit_row, raw="qp"), "is the softmax of the draft's logits, not process"),
+        (_step(commit_row, raw="q"), "the distribution each draft was sampled from"),
+        (_step(commit_row, raw="p"), "p is the softmax of the target's logits, not process"),
     ],
 )
 def test_wrong_step_fails_with_a_diagnosis(wrong, says):
@@ -320,7 +333,9 @@ def graded_notebooks(tmp_path_factory):
 
 
 REBUILT_TARGET_STEP = """\
-def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
+def speculative_step(
+    target, draft, ids, target_cache, draft_cache, k, verify, process, generator=None
+):
     from specdec_course.model import CharGPT
 
     shadow = CharGPT(target.config).eval()
@@ -328,7 +343,7 @@ def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, g
     feed = ids[draft_cache.length :]
     drafts, qs = [], []
     for _ in range(k):
-        q = draft(feed[None], draft_cache)[0, -1].softmax(-1)
+        q = process(draft(feed[None], draft_cache)[0, -1])
         x = torch.multinomial(q, 1, generator=generator)
         drafts.append(x)
         qs.append(q)
@@ -341,7 +356,7 @@ def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, g
     sc.length = target_cache.length
     with torch.no_grad():
         rows = [shadow(t.view(1, 1), sc)[0, -1] for t in torch.cat([ids[-1:], drafts])]
-    p = torch.stack(rows).softmax(-1)
+    p = process(torch.stack(rows))
     token_ids, num_accepted = verify(drafts[None], torch.stack(qs)[None], p[None])
     judge_k.copy_(sc.k)
     judge_v.copy_(sc.v)

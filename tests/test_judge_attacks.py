@@ -97,7 +97,9 @@ def _one_call_per_token(entry):
     ``entry(target)`` (not ``target(...)``, which a forward hook would see)."""
     honest = _step(commit_row)
 
-    def speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, generator=None):
+    def speculative_step(
+        target, draft, ids, target_cache, draft_cache, k, verify, process, generator=None
+    ):
         def sneaky_verify(d, q, p):
             # Re-score every token one by one through the other entry (the honest call
             # above already fed the cache; the copies start from the same length).
@@ -107,7 +109,9 @@ def _one_call_per_token(entry):
                 entry(target)(t[None, None], target_cache)
             return verify(d, q, p)
 
-        return honest(target, draft, ids, target_cache, draft_cache, k, sneaky_verify, generator)
+        return honest(
+            target, draft, ids, target_cache, draft_cache, k, sneaky_verify, process, generator
+        )
 
     return speculative_step
 

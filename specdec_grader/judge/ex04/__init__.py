@@ -12,11 +12,13 @@ Students implement, in ``exercises/ex04_rollback.ipynb``:
   appends ``token_ids[b, :a_b + 1]`` to its ``n[b]`` committed ids (``ids [B, L]``, padded),
   and its caches' new lengths are ``n'_b - 1`` (target) and ``min(draft_lengths[b], n'_b -
   1)`` (draft). Lesson 04's one-row commit (one count, one crop per cache) fails both;
-- ``speculative_step(target, draft, ids, target_cache, draft_cache, k, verify,
-  generator=None) -> new_ids``: one iteration of speculative decoding at temperature 1: the
-  draft feeds its catch-up ``ids[draft_cache.length:]`` and samples ``k`` drafts, the target
-  scores the pending token and the drafts in one call, ``verify(draft_ids, q, p)`` decides,
-  and both caches are rolled back.
+- ``speculative_step(target, draft, ids, target_cache, draft_cache, k, verify, process,
+  generator=None) -> new_ids``: one iteration of speculative decoding under the processing
+  ``process(logits) -> probabilities`` (temperature, top-p): the draft feeds its catch-up
+  ``ids[draft_cache.length:]`` and samples ``k`` drafts from the processed ``q``, the target
+  scores the pending token and the drafts in one call and ``p`` is processed the same way,
+  ``verify(draft_ids, q, p)`` decides, and both caches are rolled back. Lesson 04's loop
+  (temperature 1, plain softmax) fails the steps whose processing is not the softmax.
 
 The cache invariant is the package's (see :mod:`specdec_course.decoding`): with ``n``
 committed tokens the target cache holds the first ``n - 1`` (the last one is pending), the
@@ -27,9 +29,10 @@ two small random ``CharGPT`` models (fast and deterministic) and compare the
 caches with a fresh run over the committed tokens (:func:`specdec_course.decoding.
 caches_consistent`). ``speculative_step`` is called with a ``verify`` that forces the outcome
 (a rejection in the middle, at the first draft, at the last, full acceptance) and checks
-the ``q`` and ``p`` it receives against the models; a last case runs the step at
-temperature 0 through :func:`specdec_course.verifier.rejection_sample` and compares the
-output with :func:`specdec_course.decoding.generate`'s greedy tokens.
+the ``q`` and ``p`` it receives against the models' processed distributions (the processing
+changes from step to step); a last case runs the step at temperature 0 through
+:func:`specdec_course.verifier.rejection_sample` and compares the output with
+:func:`specdec_course.decoding.generate`'s greedy tokens.
 """
 
 # isort: off
@@ -52,6 +55,7 @@ ALLOWED = {
     "specdec_course.model.KVCache": "the cache the step keeps",
     "specdec_course.verifier.RejectionResult": "the rule's result type",
     "specdec_course.verifier.rejection_sample": "the rule, which the step is given as verify",
+    "specdec_course.sampling.process_logits": "the processing, which the step is given",
     "specdec_course.decoding.generate": "plain decoding, the baseline",
     "specdec_course.decoding.caches_consistent": "compares two caches",
 }

@@ -1,4 +1,5 @@
-"""Check ``ex04.speculative_step``: one full step with both caches, then 40 greedy tokens."""
+"""Check ``ex04.speculative_step``: one full step with both caches under a given processing
+(temperature, top-p), then 40 greedy tokens."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
-from torch.nn import functional as F
 
 from specdec_course.decoding import generate
+from specdec_course.sampling import process_logits
 from specdec_course.verifier import RejectionResult, rejection_sample
 
 from .._support import fmt, seeded
@@ -36,8 +37,9 @@ def _are_probs(x: torch.Tensor) -> bool:
 class _ForcedVerify:
     """A ``verify(draft_ids, q, p)`` that checks what it is given and forces the outcome."""
 
-    def __init__(self, target, draft, ids: torch.Tensor, k: int, a: int, draft_len: int):
+    def __init__(self, target, draft, ids: torch.Tensor, k: int, a: int, draft_len: int, process):
         self.target, self.draft, self.ids, self.k, self.a = target, draft, ids, k, a
+        self.process = process  # logits -> the distribution both models are sampled from
         self.draft_len_before = draft_len  # what the draft cache held when the step began
         self.calls = 0
         self.counters: tuple[_Counter, ...] = ()  # paused while this computes the references
@@ -70,16 +72,15 @@ class _ForcedVerify:
             c.paused = True
         try:
             with torch.no_grad():
-                p_ref = self.target(ctx[None])[0, n - 1 :].softmax(-1)  # [k + 1, V]
-                q_ref = torch.stack(
-                    [self.draft(ctx[None, : n + j])[0, -1].softmax(-1) for j in range(k)]
-                )
+                p_raw = self.target(ctx[None])[0, n - 1 :]  # [k + 1, V] logits
+                q_raw = torch.stack([self.draft(ctx[None, : n + j])[0, -1] for j in range(k)])
         finally:
             for c in self.counters:
                 c.paused = False
+        p_ref, q_ref = self.process(p_raw), self.process(q_raw)
         if ok_shape:
-            self._check_q(q, q_ref)
-            self._check_p(p, p_ref)
+            self._check_q(q, q_ref, q_raw.softmax(-1))
+            self._check_p(p, p_ref, p_raw.softmax(-1))
         self.result = _verifier_row(d, self.a, p_ref)
         return self.result
 
@@ -108,7 +109,14 @@ class _ForcedVerify:
         bad = (~(err <= ATOL)).nonzero()  # (NaN fails too)
         return int(bad[0]) if len(bad) else None
 
-    def _check_q(self, q, q_ref) -> None:
+    def _unprocessed(self, t, j: int, plain: torch.Tensor) -> bool:
+        """Whether row ``j`` of ``t`` is the plain softmax where ``process`` changes it."""
+        row, plain_j = t[0, j].detach().double(), plain[j].double()
+        processed = self.process(plain[j].log()[None])[0].double()
+        changes = bool((plain_j - processed).abs().max() > ATOL)
+        return changes and bool((row - plain_j).abs().max() <= ATOL)
+
+    def _check_q(self, q, q_ref, q_plain) -> None:
         j = self._first_wrong_row(
             q,
             q_ref,
@@ -119,7 +127,14 @@ class _ForcedVerify:
         )
         if j is None:
             return
-        if j == 0:
+        if self._unprocessed(q, j, q_plain):
+            msg = (
+                f"q_{j + 1} is the softmax of the draft's logits, not process(logits): the "
+                "draft samples from the processed distribution, and q must be the "
+                "distribution each draft was sampled from (the rule corrects for exactly "
+                "that proposal)"
+            )
+        elif j == 0:
             m = self.draft_len_before
             msg = (
                 f"q_1 is not the draft model's distribution after the {self.ids.numel()} "
@@ -139,7 +154,7 @@ class _ForcedVerify:
             )
         self._fail(f"q_{j + 1} = {fmt(q_ref[j])}", f"{fmt(q[0, j].detach())}", msg)
 
-    def _check_p(self, p, p_ref) -> None:
+    def _check_p(self, p, p_ref, p_plain) -> None:
         j = self._first_wrong_row(
             p,
             p_ref,
@@ -150,6 +165,15 @@ class _ForcedVerify:
             "the target's",
         )
         if j is None:
+            return
+        if self._unprocessed(p, j, p_plain):
+            self._fail(
+                f"p_{j + 1} = {fmt(p_ref[j])}",
+                fmt(p[0, j].detach()),
+                "p is the softmax of the target's logits, not process(logits): the target's "
+                "distributions go through the same processing as the draft's, or the output "
+                "follows the unprocessed target, not the one asked for",
+            )
             return
         self._fail(
             f"p_{j + 1} = {fmt(p_ref[j])}",
@@ -205,16 +229,41 @@ class _Counter:
 _STEPS = [(4, 2), (4, 4), (4, 0), (4, 4), (4, 4), (1, 1), (1, 0), (3, 3), (5, 1), (3, 2)]
 
 
+class Process:
+    """``process(logits) -> probabilities``: the sampling options of a step, applied to the
+    last dimension (:func:`specdec_course.sampling.process_logits`)."""
+
+    def __init__(self, temperature: float = 1.0, top_p: float | None = None):
+        self.temperature, self.top_p = temperature, top_p
+
+    def __call__(self, logits):
+        return process_logits(torch.as_tensor(logits), self.temperature, None, self.top_p)
+
+    def __str__(self) -> str:
+        if self.temperature == 1.0 and self.top_p is None:
+            return "softmax"
+        top = "" if self.top_p is None else f", top-p {self.top_p}"
+        return f"temperature {self.temperature}{top}"
+
+
+# The processing of each step, in turn: plain softmax (lesson 04's loop), a colder and a
+# hotter temperature with top-p (which leaves some tokens no probability at all).
+_PROCESSES = (Process(), Process(0.7), Process(1.3, top_p=0.9))
+
+
 def _step_case(fn, target, draft, ids, tc, dc, k, a, seed, i) -> tuple[Case, torch.Tensor]:
     n = ids.numel()
     behind = n - dc.length
     what = "full acceptance, bonus token" if a == k else f"rejection at position {a + 1}"
-    label = f"step {i}: n = {n}, draft cache at n - {behind}, k = {k}, {what}"
-    verify = _ForcedVerify(target, draft, ids, k, a, dc.length)
+    process = _PROCESSES[i % len(_PROCESSES)]
+    label = f"step {i}: n = {n}, draft cache at n - {behind}, k = {k}, {process}, {what}"
+    verify = _ForcedVerify(target, draft, ids, k, a, dc.length, process)
     counts = verify.counters = _Counter(target), _Counter(draft)
     try:
         with seeded(case_seed(seed)) as g:
-            out = call(label, fn, target, draft, ids.clone(), tc, dc, k, verify, generator=g)
+            out = call(
+                label, fn, target, draft, ids.clone(), tc, dc, k, verify, process, generator=g
+            )
     except StudentError as e:
         if verify.problem is not None:  # what went wrong first
             return Case(label, False, *verify.problem), ids
@@ -278,20 +327,15 @@ _NOT_COMMITTED = (
 )
 
 
-def _greedy_verify(draft_ids, q, p):
-    # Temperature 0: one-hot target rows; the verifier then keeps drafts while they equal
-    # the target's argmax and emits its argmax. The drafts' own distributions do not matter.
-    return rejection_sample(draft_ids, None, F.one_hot(p.argmax(-1), p.shape[-1]).float())
-
-
 @register(
     "ex04.speculative_step",
     points=4,
     needs="speculative_step",
-    title="one full speculative step with both caches",
+    title="one full speculative step with both caches, under given sampling options",
     hint="follow the four steps of section 3 and, before each model call, say what that "
-    "model's cache holds and which tokens it still lacks; lesson 04, section 1 runs the "
-    "same iteration",
+    "model's cache holds and which tokens it still lacks; lesson 04, section 1 runs one "
+    "iteration at temperature 1, and section 7 says why both models' logits go through "
+    "the same processing",
 )
 def check_speculative_step(fn) -> Iterator[Case]:
     target, draft = _models()
@@ -310,9 +354,15 @@ def check_speculative_step(fn) -> Iterator[Case]:
     ids = prompt.clone()
     tc, dc = _fed(target, ids[:-1]), _fed(near, ids[:-1])
     label = "40 tokens at temperature 0 equal the target's greedy output"
+    greedy = Process(0.0)  # one-hot rows: the rule keeps a draft while it is the argmax
+
     with seeded(case_seed(302)) as g:
+
+        def verify(draft_ids, q, p):
+            return rejection_sample(draft_ids, q, p, generator=g)
+
         while ids.numel() < prompt.numel() + 40:
-            out = call(label, fn, target, near, ids, tc, dc, 3, _greedy_verify, generator=g)
+            out = call(label, fn, target, near, ids, tc, dc, 3, verify, greedy, generator=g)
             got = _as_ids(out)
             if got is None or got.numel() <= ids.numel():
                 yield Case(label, False, "longer ids after each step", fmt(out))
