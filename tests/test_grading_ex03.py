@@ -1,7 +1,7 @@
 """Exercise 03's checks: a correct solution earns every point, each typical mistake loses them.
 
 The exercise is lesson 03's cached attention varied: a batch whose rows hold caches of
-different lengths (stale keys past the shorter rows), and their rollback. The mistakes below
+different lengths (stale keys past the shorter rows). The mistakes below
 include lesson 03's own single-length cell, which must not pass as is.
 """
 
@@ -31,16 +31,6 @@ def cached_attention(q, k, v, K, V, lengths):
     allowed = torch.arange(end)[None, None, :] <= last  # (B, T_new, end)
     att = att.masked_fill(~allowed[:, None], float("-inf")).softmax(dim=-1)
     return att @ V[:, :, :end], lengths + T_new
-
-
-def rollback(K, V, lengths, num_rejected):
-    """Row b forgets its last num_rejected[b] positions; returns the new lengths."""
-    if ((num_rejected < 0) | (num_rejected > lengths)).any():
-        raise ValueError(
-            f"each row can forget 0 .. its length; got lengths {lengths.tolist()}, "
-            f"num_rejected {num_rejected.tolist()}"
-        )
-    return lengths - num_rejected  # nothing to clear: the next step overwrites them
 
 
 def measure_alpha(target, draft, x, lengths, temperature):
@@ -123,34 +113,6 @@ def attention_wrong_length(q, k, v, K, V, lengths):
     return y, new - 1
 
 
-def rollback_identity(K, V, lengths, num_rejected):
-    return lengths
-
-
-def rollback_unchecked(K, V, lengths, num_rejected):
-    return lengths - num_rejected
-
-
-def rollback_zeroing(K, V, lengths, num_rejected):
-    new = rollback(K, V, lengths, num_rejected)
-    for b in range(len(new)):
-        K[b, :, int(new[b]) :] = 0
-        V[b, :, int(new[b]) :] = 0
-    return new
-
-
-def rollback_one_for_all(K, V, lengths, num_rejected):
-    return rollback(
-        K, V, lengths, num_rejected.max().expand_as(num_rejected).clamp(max=lengths.min())
-    )
-
-
-def rollback_in_place(K, V, lengths, num_rejected):
-    new = rollback(K, V, lengths, num_rejected)
-    lengths -= num_rejected
-    return new
-
-
 def alpha_is_tv(target, draft, x, lengths, temperature):
     return 1 - measure_alpha(target, draft, x, lengths, temperature)
 
@@ -166,16 +128,15 @@ def stub(*args):
 # ----------------------------------------------------------------------------- tests
 
 
-def test_exercise_03_has_three_checks_worth_ten_points():
+def test_exercise_03_has_two_checks_worth_ten_points():
     specs = checks_for("ex03")
-    assert [s.id for s in specs] == ["ex03.cached_attention", "ex03.rollback", "ex03.measure_alpha"]
+    assert [s.id for s in specs] == ["ex03.cached_attention", "ex03.measure_alpha"]
     assert sum(s.points for s in specs) == 10
 
 
 def test_solution_earns_every_point():
     for r in (
         run_check("ex03.cached_attention", cached_attention),
-        run_check("ex03.rollback", cached_attention, rollback),
         run_check("ex03.measure_alpha", measure_alpha),
     ):
         assert r.status == "passed", r.report()
@@ -203,22 +164,6 @@ def test_unshifted_mask_is_explained():
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [
-        rollback_identity,
-        rollback_unchecked,
-        rollback_zeroing,
-        rollback_one_for_all,
-        rollback_in_place,
-    ],
-)
-def test_wrong_rollback_fails(wrong):
-    # rollback_identity is the constant answer that a rollback of one shared length allowed.
-    r = run_check("ex03.rollback", cached_attention, wrong)
-    assert r.status == "failed" and r.points == 0, r.report()
-
-
-@pytest.mark.parametrize(
     "wrong, says",
     [
         (alpha_is_tv, "TV distance"),
@@ -234,7 +179,6 @@ def test_wrong_alpha_fails_with_a_diagnosis(wrong, says):
 
 def test_untouched_stubs_are_not_attempted():
     assert run_check("ex03.cached_attention", stub).status == "not attempted"
-    assert run_check("ex03.rollback", cached_attention, stub).status == "not attempted"
     assert run_check("ex03.measure_alpha", stub).status == "not attempted"
 
 
@@ -283,6 +227,5 @@ def test_the_batch_grader_finds_an_unshifted_mask_in_a_notebook(graded_notebooks
     r = graded_notebooks["ex03_unshifted_mask"]
     by_id = {c.id: c for c in r.checks}
     assert by_id["ex03.cached_attention"].status == "failed"
-    assert by_id["ex03.rollback"].status == "failed"  # its check steps through cached_attention
     assert by_id["ex03.measure_alpha"].status == "passed"
-    assert r.points == 4
+    assert r.points == 4  # measure_alpha's

@@ -1,8 +1,8 @@
 """Each exercise grades each of its functions once: one check per function, so that a
 function is worth its points once and a learner reads one report for it.
 
-A check may need a helper besides the function it grades (ex03's rollback is checked through
-the student's cached attention); the function a check grades is the last of its needs.
+A check may need a helper besides the function it grades (``needs`` a tuple of names); the
+function a check grades is the last of its needs.
 """
 
 from __future__ import annotations

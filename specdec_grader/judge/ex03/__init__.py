@@ -1,4 +1,4 @@
-"""Checks of exercise 03: cached attention on a batch of ragged rows, their rollback, and α.
+"""Checks of exercise 03: cached attention on a batch of ragged rows, and α.
 
 Students implement, in ``exercises/ex03_char_lm.ipynb``:
 
@@ -8,9 +8,6 @@ Students implement, in ``exercises/ex03_char_lm.ipynb``:
   kept its own accepted drafts) and stale values beyond. Write row ``b``'s ``k, v`` at
   ``lengths[b] .. lengths[b] + T_new - 1`` (in place), let its new token ``i`` attend to its
   positions ``0 .. lengths[b] + i`` only, and return ``(y, lengths + T_new)``;
-- ``rollback(K, V, lengths, num_rejected)``: row ``b`` forgets its last ``num_rejected[b]``
-  positions; return the new lengths (a new tensor) without touching the buffers; a
-  ``ValueError`` unless ``0 <= num_rejected[b] <= lengths[b]`` for every row;
 - ``measure_alpha(target, draft, x, lengths, temperature)``: the mean over the *text*
   positions of the padded windows ``x`` ``[N, T]`` (row ``n`` holds ``lengths[n]`` tokens, then
   padding) of ``sum(min(p, q))``, ``p`` and ``q`` the two models' next-token distributions at
@@ -19,7 +16,8 @@ Students implement, in ``exercises/ex03_char_lm.ipynb``:
 
 Lesson 03 writes cached attention for one shared length and measures α over full windows;
 the ragged batch (one length per row, stale keys past the shorter rows; windows padded to
-one length) is this exercise's variation, which the lesson's cells fail. The reference is the
+one length) is this exercise's variation (the rollback that leaves rows ragged is exercise
+04's, graded there once), which the lesson's cells fail. The reference is the
 package: one :class:`specdec_course.model.KVCache` per row, driven by the model's own
 attention layer, and :func:`specdec_course.train.next_token_probs`. Everything is exact
 arithmetic on random inputs (no sampling): logits compared to 1e-4, α and buffers to 1e-5.
@@ -30,7 +28,6 @@ arithmetic on random inputs (no sampling): logits compared to 1e-4, α and buffe
 # the order of the exercise.
 from ._common import ATOL, CFG, LOGIT_ATOL
 from .attention import SCHEDULES, check_cached_attention
-from .rollback import check_rollback
 from .alpha import check_measure_alpha
 
 # isort: on
@@ -53,5 +50,4 @@ __all__ = [
     "SCHEDULES",
     "check_cached_attention",
     "check_measure_alpha",
-    "check_rollback",
 ]

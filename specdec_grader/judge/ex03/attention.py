@@ -1,8 +1,7 @@
 """Check ``ex03.cached_attention``: cached attention on a batch of ragged rows, one step at a
 time, against the package's ``KVCache`` driven by the model's own attention layer.
 
-:class:`_Ragged` and :func:`_compare_step` are the reference and the one-step comparison;
-``ex03.rollback`` (:mod:`.rollback`) drives them around its rollbacks.
+:class:`_Ragged` and :func:`_compare_step` are the reference and the one-step comparison.
 """
 
 from __future__ import annotations
@@ -228,7 +227,7 @@ def _compare_step(label, fn, ref: _Ragged, T_new: int):
 
 @register(
     "ex03.cached_attention",
-    points=4,
+    points=6,
     needs="cached_attention",
     title="cached attention on a batch of ragged rows",
     hint="treat each row as lesson 03's single sequence with its own length: where its new "
