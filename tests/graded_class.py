@@ -44,10 +44,12 @@ SEED = 7
 WORKERS = 2
 # A limit that a slow machine cannot turn into a false failure: the longest honest cell or
 # check of the class (an ex05 check through the Triton interpreter, an ex06 training cell)
-# takes a few seconds on two loaded cores. The endless cells of the class cost this much.
-CELL_TIMEOUT = 30
+# takes a few seconds on two loaded cores (a whole honest notebook at most 10 s of the
+# class's grading alone), four times under these. The endless cells of the class cost this
+# much, so the limits are no higher than that margin needs: 30 and 70 s cost CI 40 s more.
+CELL_TIMEOUT = 20
 NOTEBOOK_TIMEOUT = 120
-CELL_WALL = 70  # the class's cells that wait (sleep past it) cost this much
+CELL_WALL = 40  # the class's cells that wait (sleep past it) cost this much
 MEMORY_MB = 3000
 # Without a cgroup, ``auto`` refuses to grade; ``weak`` grades with per-process caps.
 MODE = "auto" if sandbox.CGroup.available() is not None else "weak"

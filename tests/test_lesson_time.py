@@ -1,6 +1,6 @@
 """Every lesson states a time within 20% of the README's estimate (tools/lesson_time.py:
 130 words of markdown a minute, 4 non-blank code lines a minute and 10 non-blank printed
-lines a minute)."""
+lines a minute, plus the notebook's run time as tools/nb.py execute recorded it)."""
 
 import importlib.util
 from pathlib import Path
@@ -36,7 +36,7 @@ def test_the_estimate_counts_prose_words_and_code_lines(tmp_path):
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps(nb))
     assert lesson_time.counts(path) == (130, 4)
-    assert lesson_time.estimate_minutes(path) == pytest.approx(2.0)
+    assert lesson_time.reading_minutes(path) == pytest.approx(2.0)
     assert lesson_time.stated_minutes(path) == 2
     assert lesson_time.within_tolerance(2.4, 2.0) and not lesson_time.within_tolerance(2.5, 2.0)
     (tmp_path / "bad.ipynb").write_text(
@@ -78,4 +78,18 @@ def test_the_estimate_counts_printed_lines_but_not_figures(tmp_path):
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps(nb))
     assert lesson_time.output_lines(path) == 5
-    assert lesson_time.estimate_minutes(path) == pytest.approx(4 / 130 + 5 / 10)  # 4 words
+    assert lesson_time.reading_minutes(path) == pytest.approx(4 / 130 + 5 / 10)  # 4 words
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_the_estimate_includes_the_lessons_recorded_run_time(path):
+    run = lesson_time.run_minutes(path)  # KeyError (names the command) if never recorded
+    assert run > 0
+    assert lesson_time.estimate_minutes(path) == pytest.approx(
+        lesson_time.reading_minutes(path) + run
+    )
+
+
+def test_a_lesson_without_a_run_time_is_named(tmp_path):
+    with pytest.raises(KeyError, match="tools/nb.py execute"):
+        lesson_time.run_minutes(tmp_path / "99_unrun.ipynb")

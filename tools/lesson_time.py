@@ -6,9 +6,10 @@ lesson states.
 The estimate is the README's rule: reading the markdown at 130 words a minute, working
 through the code at 4 non-blank lines a minute (reading and running it), and reading what the
 committed outputs print at 10 non-blank lines a minute (a row of a table, a verdict; figures
-and widgets are not counted). The stated time is the first cell's "**Time:** about N
-minutes". A lesson passes when its stated time is within 20% of the estimate
-(tests/test_lesson_time.py).
+and widgets are not counted), plus the run time: what executing the whole notebook took here
+(``tools/lesson_run_seconds.json``, written by ``tools/nb.py execute``). The stated time is the
+first cell's "**Time:** about N minutes". A lesson passes when its stated time is within 20%
+of the estimate (tests/test_lesson_time.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ CODE_LINES_PER_MINUTE = 4
 OUTPUT_LINES_PER_MINUTE = 10
 TOLERANCE = 0.20
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
+RUN_RECORD = Path(__file__).resolve().parent / "lesson_run_seconds.json"
 _STATED = re.compile(r"\*\*Time:\*\*\s+about\s+(\d+)\s+minutes")
 
 
@@ -65,7 +67,7 @@ def output_lines(path: str | Path) -> int:
     )
 
 
-def estimate_minutes(path: str | Path) -> float:
+def reading_minutes(path: str | Path) -> float:
     """Minutes to read the markdown, work through the code and read what it prints, for the
     notebook at ``path``."""
     words, lines = counts(path)
@@ -74,6 +76,21 @@ def estimate_minutes(path: str | Path) -> float:
         + lines / CODE_LINES_PER_MINUTE
         + output_lines(path) / OUTPUT_LINES_PER_MINUTE
     )
+
+
+def run_minutes(path: str | Path) -> float:
+    """Minutes that running the whole notebook took when ``tools/nb.py execute`` last ran it
+    (``tools/lesson_run_seconds.json``); KeyError for a lesson never executed that way."""
+    record = json.loads(RUN_RECORD.read_text())["seconds"]
+    name = Path(path).name
+    if name not in record:
+        raise KeyError(f"{name} has no run time: run `python tools/nb.py execute {path}`")
+    return record[name] / 60
+
+
+def estimate_minutes(path: str | Path) -> float:
+    """The reading estimate plus the run time, for the notebook at ``path``."""
+    return reading_minutes(path) + run_minutes(path)
 
 
 def stated_minutes(path: str | Path) -> int:
@@ -93,7 +110,7 @@ def within_tolerance(stated: float, estimate: float, tolerance: float = TOLERANC
 def main(paths: list[str]) -> int:
     paths = paths or sorted(str(p) for p in LESSONS.glob("*.ipynb"))
     bad = 0
-    print(f"{'lesson':40s} words  code  printed  estimate  stated  within 20%")
+    print(f"{'lesson':40s} words  code  printed  reading  run  estimate  stated  within 20%")
     for p in paths:
         words, lines = counts(p)
         est, stated = estimate_minutes(p), stated_minutes(p)
@@ -101,7 +118,8 @@ def main(paths: list[str]) -> int:
         bad += not ok
         verdict = "yes" if ok else "NO"
         print(
-            f"{Path(p).name:40s} {words:5d} {lines:5d} {output_lines(p):8d} {est:7.0f} min "
+            f"{Path(p).name:40s} {words:5d} {lines:5d} {output_lines(p):8d} "
+            f"{reading_minutes(p):6.0f} {run_minutes(p):5.1f} {est:7.0f} min "
             f"{stated:4d} min  {verdict}"
         )
     return 1 if bad else 0

@@ -83,9 +83,31 @@ def execute(nb_path: Path) -> None:
     ).execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+    seconds = time.perf_counter() - t0
     nb.metadata["kernelspec"] = KERNELSPEC
     nbformat.write(nb, nb_path)
-    print(f"{nb_path}: executed in {time.perf_counter() - t0:.1f}s")
+    if nb_path.resolve().parent == RUN_RECORD.parent.parent / "lessons":
+        record_run_time(nb_path.name, seconds)
+    print(f"{nb_path}: executed in {seconds:.1f}s")
+
+
+# What executing each lesson took here: the run time that a lesson's stated time includes
+# (tools/lesson_time.py adds it to the reading estimate). Written by ``execute``.
+RUN_RECORD = Path(__file__).resolve().parent / "lesson_run_seconds.json"
+
+
+def record_run_time(name: str, seconds: float) -> None:
+    """Store ``seconds`` as lesson ``name``'s run time, labelled with this machine."""
+    import os
+    import platform
+
+    rec = json.loads(RUN_RECORD.read_text()) if RUN_RECORD.exists() else {"seconds": {}}
+    rec["clock"] = "wall, the whole notebook in a fresh kernel (tools/nb.py execute)"
+    rec["threads"] = os.environ.get("OMP_NUM_THREADS", "torch's default")
+    rec["machine"] = f"{platform.machine()}, {os.cpu_count()} cores"
+    rec["seconds"][name] = round(seconds, 1)
+    rec["seconds"] = dict(sorted(rec["seconds"].items()))
+    RUN_RECORD.write_text(json.dumps(rec, indent=1) + "\n")
 
 
 def main(argv: list[str]) -> None:

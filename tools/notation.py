@@ -62,8 +62,10 @@ def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         same = readme_table() == lesson_table()
         if not same:
-            print(f"{LESSON.name}'s notation table differs from the README's: run "
-                  "python tools/notation.py")
+            print(
+                f"{LESSON.name}'s notation table differs from the README's: run "
+                "python tools/notation.py"
+            )
         return 0 if same else 1
     if argv:
         raise SystemExit(__doc__)
