@@ -411,10 +411,8 @@ def graded_notebooks(tmp_path_factory):
 
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("ex06_submissions")
-    solved = nbformat.read(root / "solutions" / "ex06_medusa.ipynb", as_version=4)
-    nbformat.write(solved, folder / "ex06_solved.ipynb")
-    untouched = nbformat.read(root / "exercises" / "ex06_medusa.ipynb", as_version=4)
-    nbformat.write(untouched, folder / "ex06_untouched.ipynb")
+    # The solution and the untouched stub are graded in the shared class (test_grading_batch
+    # asserts their full marks and "not attempted"); this batch holds the attack alone.
     forged = nbformat.read(root / "exercises" / "ex06_medusa.ipynb", as_version=4)
     at = next(i for i, c in enumerate(forged.cells) if c.source.startswith("class MedusaHead"))
     forged.cells.insert(at + 1, nbformat.v4.new_code_cell(FORGED_PROBE))
@@ -429,16 +427,6 @@ def graded_notebooks(tmp_path_factory):
         seed=0,
     )
     return {Path(r.file).stem: r for r in results}
-
-
-def test_the_batch_grader_gives_the_solution_notebook_full_marks(graded_notebooks):
-    r = graded_notebooks["ex06_solved"]
-    assert r.status == "passed" and r.points == r.max_points == 10, r
-
-
-def test_the_batch_grader_gives_the_untouched_exercise_zero(graded_notebooks):
-    r = graded_notebooks["ex06_untouched"]
-    assert r.points == 0 and {c.status for c in r.checks} == {"not attempted"}, r
 
 
 def test_a_forged_head_probe_earns_no_head_points(graded_notebooks):
