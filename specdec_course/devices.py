@@ -34,6 +34,7 @@ import torch
 from ._validate import check_same_device  # noqa: F401  (the check lives with the others)
 
 __all__ = [
+    "cpu_info",
     "cpu_name",
     "device",
     "set_threads",
@@ -139,15 +140,28 @@ def set_threads(n: int) -> None:
     threadpool_limits(limits=n, user_api="blas")
 
 
-def cpu_name() -> str:
-    """This CPU's model name (``/proc/cpuinfo``; else what ``platform`` knows)."""
+@functools.cache
+def cpu_info() -> tuple[str, str]:
+    """This CPU's name and its feature flags as one string, read once from ``/proc/cpuinfo``
+    (x86's "model name" and "flags"; Arm's "Processor" or "Hardware" and "Features"). Where
+    it cannot be read: the name ``platform`` knows, and no flags."""
+    name, flags = "", ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "Processor", "Hardware") and not name:
+                    name = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = value.strip()
     except OSError:
         pass
     import platform
 
-    return platform.processor() or platform.machine()
+    return name or platform.processor() or platform.machine() or "unknown CPU", flags
+
+
+def cpu_name() -> str:
+    """This CPU's model name (:func:`cpu_info`)."""
+    return cpu_info()[0]

@@ -130,3 +130,19 @@ def test_set_threads_sets_numpys_blas_threads_with_torchs():
         assert blas and all(p["num_threads"] == 1 for p in blas)
     finally:
         set_threads(before)
+
+
+def test_one_reader_of_the_cpu_serves_the_name_the_kernel_record_and_the_bf16_check(monkeypatch):
+    from specdec_course import devices
+    from specdec_course.llm import kernels, packed
+
+    name, flags = devices.cpu_info()
+    assert name and devices.cpu_name() == name and kernels._cpu()[0] == name
+    assert packed.native_bf16() == bool({"avx512_bf16", "amx_bf16", "bf16"} & set(flags.split()))
+
+    def unreadable(*args, **kwargs):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr("builtins.open", unreadable)
+    name, flags = devices.cpu_info.__wrapped__()  # uncached: what a machine without /proc gets
+    assert name and flags == ""

@@ -21,14 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from ..devices import native_cpu_kernels
+from ..devices import cpu_info, native_cpu_kernels
 from . import packed
 
 __all__ = ["CACHE_ENV", "cache_file", "calibrate", "current", "machine_key", "measure"]
@@ -42,20 +41,8 @@ _current: dict = {}
 
 
 def _cpu() -> tuple[str, str]:
-    """The CPU's name and a short hash of its flags (``/proc/cpuinfo``; ``platform`` else)."""
-    name, flags = "", ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "Processor", "Hardware") and not name:
-                    name = value.strip()
-                elif key in ("flags", "Features") and not flags:
-                    flags = value.strip()
-    except OSError:
-        pass
-    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    """The CPU's name and a short hash of its flags (:func:`..devices.cpu_info`)."""
+    name, flags = cpu_info()
     return name, hashlib.sha1(flags.encode()).hexdigest()[:8]
 
 

@@ -45,6 +45,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from ..devices import cpu_info
+
 __all__ = [
     "KERNELS",
     "MIN_ROWS",
@@ -63,17 +65,9 @@ MIN_ROWS = {"aten": 1, "packed": 1, "packed2": 2, "packed4": 4}  # a smaller cal
 
 def native_bf16() -> bool:
     """True where this CPU multiplies bfloat16 natively (x86: AVX512-BF16 or AMX-BF16; Arm:
-    the BF16 extension), read from ``/proc/cpuinfo`` (False where it cannot be read). oneDNN
+    the BF16 extension), from ``devices.cpu_info`` (False where the flags cannot be read). oneDNN
     runs bfloat16 elsewhere too, by converting to float32, with no gain over float32."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set()
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags.update(line.split(":", 1)[1].split())
-    except OSError:
-        return False
-    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    return bool(set(cpu_info()[1].split()) & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 @functools.cache
