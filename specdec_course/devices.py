@@ -36,6 +36,7 @@ from ._validate import check_same_device  # noqa: F401  (the check lives with th
 __all__ = [
     "cpu_info",
     "cpu_name",
+    "machine_label",
     "device",
     "set_threads",
     "check_same_device",
@@ -165,3 +166,12 @@ def cpu_info() -> tuple[str, str]:
 def cpu_name() -> str:
     """This CPU's model name (:func:`cpu_info`)."""
     return cpu_info()[0]
+
+
+def machine_label(device: torch.device | str | None = None) -> str:
+    """What a live timing ran on, to print beside it: the CPU model and torch's threads, or
+    the GPU, and the clock. A timing shown is this machine's, not a claim for others."""
+    dev = torch.device("cpu" if device is None else device)
+    if dev.type == "cuda":
+        return f"{torch.cuda.get_device_name(dev)}, wall clock after a device sync"
+    return f"{cpu_name()}, {torch.get_num_threads()} thread(s), wall clock"

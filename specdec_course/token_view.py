@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import decoding, devices
+from . import decoding
+from .devices import machine_label  # the label beside the watched run's timing
 
 __all__ = ["Iteration", "Watched", "watch", "Explorer", "KINDS", "machine_label"]
 
@@ -262,11 +263,6 @@ def watch(
         None if plain_ids is None else plain_ids.cpu(), plain_s, tuple(stop_ids), label,
         float(temperature), torch.get_num_threads(),
     )  # fmt: skip
-
-
-def machine_label() -> str:
-    """This machine as a timing is labelled: CPU model, torch's threads, the clock."""
-    return f"{devices.cpu_name()}, {torch.get_num_threads()} thread(s), wall clock"
 
 
 class Explorer:

@@ -146,3 +146,12 @@ def test_one_reader_of_the_cpu_serves_the_name_the_kernel_record_and_the_bf16_ch
     monkeypatch.setattr("builtins.open", unreadable)
     name, flags = devices.cpu_info.__wrapped__()  # uncached: what a machine without /proc gets
     assert name and flags == ""
+
+
+def test_a_live_timing_is_labelled_with_the_cpu_its_threads_and_the_clock():
+    from specdec_course import devices, token_view
+
+    label = devices.machine_label()
+    assert label.startswith(devices.cpu_name())
+    assert f"{torch.get_num_threads()} thread(s)" in label and label.endswith("wall clock")
+    assert token_view.machine_label is devices.machine_label  # one label for every lesson
